@@ -1,0 +1,242 @@
+"""The model: positions, masks, cache, attention implementations, save/load, generation."""
+
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM
+
+from tests.conftest import tiny_config
+from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from vaswani_transformer.modeling_vaswani_transformer import (
+    VaswaniTransformerSinusoidalPositionalEncoding,
+    gnmt_as_power_of_length,
+)
+
+
+def paper_position_encoding(pos: int, channel: int, d_model: int) -> float:
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
+    i = channel // 2
+    angle = pos / 10000 ** (2 * i / d_model)
+    return math.sin(angle) if channel % 2 == 0 else math.cos(angle)
+
+
+def test_positional_encoding_matches_paper_formula() -> None:
+    d_model = 512
+    encoding = VaswaniTransformerSinusoidalPositionalEncoding(d_model)
+    positions = torch.tensor([0, 1, 7, 50, 999, 2500])
+    table = encoding(positions)
+    assert table.shape == (6, d_model)
+    for row, pos in enumerate(positions.tolist()):
+        for channel in (0, 1, 2, 3, 100, 101, 510, 511):
+            assert table[row, channel].item() == pytest.approx(
+                paper_position_encoding(pos, channel, d_model), abs=2e-4
+            )
+
+
+def test_input_longer_than_position_table_works(tiny_model) -> None:
+    input_ids = torch.randint(4, 64, (1, 1500))  # beyond max_position_embeddings (1024)
+    logits = tiny_model(input_ids=input_ids, decoder_input_ids=input_ids[:, :1100]).logits
+    assert logits.shape == (1, 1100, 64) and torch.isfinite(logits).all()
+
+
+def test_learned_positions_reject_too_long_inputs_clearly() -> None:
+    model = VaswaniTransformerForConditionalGeneration(
+        tiny_config(position_embedding_type="learned", max_position_embeddings=8)
+    )
+    with pytest.raises(ValueError, match="exceeds max_position_embeddings=8"):
+        model(input_ids=torch.ones(1, 9, dtype=torch.long) * 5, decoder_input_ids=torch.tensor([[2]]))
+
+
+def test_embeddings_are_shared_and_tied(tiny_model) -> None:
+    encoder_table = tiny_model.model.encoder.embed_tokens.weight
+    assert tiny_model.model.decoder.embed_tokens.weight is encoder_table
+    assert tiny_model.lm_head.weight is encoder_table
+
+
+def test_future_target_tokens_never_change_earlier_outputs(tiny_model, source_batch) -> None:
+    decoder_input_ids = torch.tensor([[2, 20, 21, 22, 23], [2, 30, 31, 32, 33]])
+    altered = decoder_input_ids.clone()
+    altered[:, 3:] = torch.tensor([40, 41])
+    original = tiny_model(**source_batch, decoder_input_ids=decoder_input_ids).logits
+    changed = tiny_model(**source_batch, decoder_input_ids=altered).logits
+    torch.testing.assert_close(original[:, :3], changed[:, :3])
+    assert not torch.allclose(original[:, 3:], changed[:, 3:])
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_padding_does_not_change_any_sentence(tiny_model, source_batch, implementation) -> None:
+    tiny_model.set_attn_implementation(implementation)
+    decoder_input_ids = torch.tensor([[2, 20, 21, 22], [2, 30, 31, 0]])
+    decoder_mask = (decoder_input_ids != 0).long()
+    batched = tiny_model(
+        **source_batch, decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_mask
+    )
+    alone = tiny_model(
+        input_ids=torch.tensor([[10, 11, 12, 3]]), decoder_input_ids=torch.tensor([[2, 30, 31]])
+    )
+    torch.testing.assert_close(batched.logits[1, :3], alone.logits[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        batched.encoder_last_hidden_state[1, :4], alone.encoder_last_hidden_state[0], rtol=1e-5, atol=1e-5
+    )
+
+
+def test_attention_implementations_agree(tiny_model, source_batch) -> None:
+    decoder_input_ids = torch.tensor([[2, 20, 21, 22], [2, 30, 31, 32]])
+    outputs = {}
+    for implementation in ("eager", "sdpa"):
+        tiny_model.set_attn_implementation(implementation)
+        outputs[implementation] = tiny_model(**source_batch, decoder_input_ids=decoder_input_ids).logits
+    torch.testing.assert_close(outputs["eager"], outputs["sdpa"], rtol=1e-5, atol=1e-5)
+
+
+def test_output_attentions_are_distributions_that_ignore_padding_and_future(tiny_model, source_batch) -> None:
+    tiny_model.set_attn_implementation("eager")
+    decoder_input_ids = torch.tensor([[2, 20, 21, 22], [2, 30, 31, 32]])
+    out = tiny_model(**source_batch, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    assert (
+        len(out.encoder_attentions) == 2
+        and len(out.decoder_attentions) == 3
+        and len(out.cross_attentions) == 3
+    )
+    for weights in (*out.encoder_attentions, *out.decoder_attentions, *out.cross_attentions):
+        torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)))
+    padded_keys = source_batch["attention_mask"][1] == 0
+    for weights in (*out.encoder_attentions, *out.cross_attentions):
+        assert weights[1, :, :, padded_keys].abs().max() == 0
+    future = torch.triu(torch.ones(4, 4, dtype=torch.bool), diagonal=1)
+    for weights in out.decoder_attentions:
+        assert weights[:, :, future].abs().max() == 0
+
+
+def test_cached_decoding_equals_full_recomputation(tiny_model, source_batch) -> None:
+    greedy = {"num_beams": 1, "max_new_tokens": 8, "output_scores": True, "return_dict_in_generate": True}
+    with_cache = tiny_model.generate(**source_batch, use_cache=True, **greedy)
+    without = tiny_model.generate(**source_batch, use_cache=False, **greedy)
+    assert torch.equal(with_cache.sequences, without.sequences)
+    for cached, full in zip(with_cache.scores, without.scores, strict=True):
+        torch.testing.assert_close(cached, full, rtol=1e-4, atol=1e-4)
+    beam = {"num_beams": 4, "max_new_tokens": 8, "output_scores": True, "return_dict_in_generate": True}
+    beam_cache = tiny_model.generate(**source_batch, use_cache=True, **beam)
+    beam_full = tiny_model.generate(**source_batch, use_cache=False, **beam)
+    assert torch.equal(beam_cache.sequences, beam_full.sequences)
+    torch.testing.assert_close(beam_cache.sequences_scores, beam_full.sequences_scores, rtol=1e-4, atol=1e-4)
+
+
+def test_cross_attention_keys_are_computed_once_per_generation(tiny_model, source_batch) -> None:
+    calls = []
+    tiny_model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(lambda *_: calls.append(1))
+    tiny_model.generate(**source_batch, num_beams=4, max_new_tokens=6, min_new_tokens=6)
+    assert len(calls) == 1
+
+
+def sequence_log_probability(model, source_batch, row: int, sequence: torch.Tensor) -> tuple[float, int]:
+    """Sum of token log-probabilities of a generated sequence (after the start token) and its length."""
+    tokens = sequence[1:]
+    if (tokens == model.config.eos_token_id).any():
+        tokens = tokens[: int((tokens == model.config.eos_token_id).nonzero()[0]) + 1]
+    inputs = {k: v[row : row + 1] for k, v in source_batch.items()}
+    decoder_input_ids = torch.cat([sequence[:1], tokens[:-1]]).unsqueeze(0)
+    log_probs = model(**inputs, decoder_input_ids=decoder_input_ids).logits.log_softmax(-1)[0]
+    return log_probs.gather(-1, tokens.unsqueeze(-1)).sum().item(), len(tokens)
+
+
+@pytest.mark.parametrize("penalty_type", ["gnmt", "hf"])
+def test_beam_scores_use_the_configured_length_penalty(source_batch, penalty_type) -> None:
+    torch.manual_seed(1)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(length_penalty_type=penalty_type)).eval()
+    out = model.generate(**source_batch, max_new_tokens=7, output_scores=True, return_dict_in_generate=True)
+    for row in range(2):
+        log_probability, length = sequence_log_probability(model, source_batch, row, out.sequences[row])
+        divisor = ((5 + length) / 6) ** 0.6 if penalty_type == "gnmt" else length**0.6
+        assert out.sequences_scores[row].item() == pytest.approx(log_probability / divisor, rel=1e-4)
+
+
+def test_gnmt_exponent_reproduces_the_paper_penalty() -> None:
+    for length in (1, 2, 5, 17, 80):
+        assert length ** gnmt_as_power_of_length(0.6, length) == pytest.approx(((5 + length) / 6) ** 0.6)
+
+
+def test_default_generation_follows_the_paper(tiny_model, source_batch) -> None:
+    config = tiny_model.generation_config
+    assert (config.num_beams, config.length_penalty, config.early_stopping) == (4, 0.6, True)
+    assert (config.decoder_start_token_id, config.eos_token_id, config.pad_token_id) == (2, 3, 0)
+    out = tiny_model.generate(**source_batch, suppress_tokens=[3])  # no eos: runs to the limit
+    assert out.shape[1] == 1 + 6 + 50  # start token + longest source (6) + 50, §6.1
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(source_batch) -> None:
+    labels = torch.tensor([[20, 21, 3], [30, 3, -100]])
+    gradients = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = VaswaniTransformerForConditionalGeneration(tiny_config()).train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+        model(**source_batch, labels=labels).loss.backward()
+        gradients.append(model.model.encoder.layers[0].self_attn.q_proj.weight.grad.clone())
+    torch.testing.assert_close(gradients[0], gradients[1])
+
+
+def test_loss_is_label_smoothed_per_token(tiny_model, source_batch) -> None:
+    labels = torch.tensor([[20, 21, 3], [30, 3, -100]])
+    out = tiny_model(**source_batch, labels=labels)
+    log_probs = out.logits.log_softmax(-1)
+    keep = labels != -100
+    nll = -log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)[keep]
+    uniform = -log_probs.mean(-1)[keep]
+    expected = ((1 - 0.1) * nll + 0.1 * uniform).sum() / keep.sum()
+    assert out.loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_save_and_from_pretrained_round_trip(tiny_model, source_batch, tmp_path: Path) -> None:
+    tiny_model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists() and not list(tmp_path.glob("*.bin"))
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert type(loaded) is VaswaniTransformerForConditionalGeneration
+    inv_freq = loaded.model.decoder.embed_positions.inv_freq
+    assert torch.isfinite(inv_freq).all()
+    torch.testing.assert_close(inv_freq, VaswaniTransformerSinusoidalPositionalEncoding.compute_inv_freq(32))
+    assert loaded.lm_head.weight is loaded.model.encoder.embed_tokens.weight
+    decoder_input_ids = torch.tensor([[2, 20, 21], [2, 30, 31]])
+    torch.testing.assert_close(
+        loaded(**source_batch, decoder_input_ids=decoder_input_ids).logits,
+        tiny_model(**source_batch, decoder_input_ids=decoder_input_ids).logits,
+        rtol=0,
+        atol=0,
+    )
+    assert loaded.generation_config.num_beams == 4
+
+
+def test_saved_folder_loads_with_remote_code_without_the_package(
+    tiny_model, source_batch, tmp_path: Path
+) -> None:
+    tiny_model.save_pretrained(tmp_path / "model")
+    assert (tmp_path / "model" / "modeling_vaswani_transformer.py").exists()
+    decoder_input_ids = torch.tensor([[2, 20, 21], [2, 30, 31]])
+    expected = tiny_model(**source_batch, decoder_input_ids=decoder_input_ids).logits
+    torch.save({"inputs": source_batch, "decoder_input_ids": decoder_input_ids}, tmp_path / "inputs.pt")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["vaswani_transformer"] = None  # the package must not be importable
+        import torch
+        from transformers import AutoModelForSeq2SeqLM
+        model = AutoModelForSeq2SeqLM.from_pretrained({str(tmp_path / "model")!r}, trust_remote_code=True).eval()
+        assert "vaswani_transformer" not in type(model).__module__.split(".")[0], type(model).__module__
+        data = torch.load({str(tmp_path / "inputs.pt")!r})
+        logits = model(**data["inputs"], decoder_input_ids=data["decoder_input_ids"]).logits
+        torch.save(logits, {str(tmp_path / "logits.pt")!r})
+        """
+    )
+    subprocess.run(
+        [sys.executable, "-c", script],
+        check=True,
+        cwd=tmp_path,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf")},
+    )
+    torch.testing.assert_close(torch.load(tmp_path / "logits.pt"), expected, rtol=0, atol=0)

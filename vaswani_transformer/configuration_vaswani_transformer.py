@@ -1,0 +1,162 @@
+"""Configuration of the Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
+
+The defaults *are* the paper's base model (Table 3, row "base"); `from_preset` gives the other rows.
+"""
+
+from typing import Any, ClassVar
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
+LENGTH_PENALTY_TYPES = ("gnmt", "hf")
+ACTIVATIONS = ("relu", "gelu")
+
+# Named rows of the paper's Table 3 (all other values are the base model's).
+PRESETS: dict[str, dict[str, Any]] = {
+    "base": {},
+    "big": {"d_model": 1024, "d_ff": 4096, "num_heads": 16, "dropout": 0.3},
+    # Row (A): vary the number of heads at constant computation (d_k = d_v = d_model / h).
+    "base-h1": {"num_heads": 1},
+    "base-h4": {"num_heads": 4},
+    "base-h16": {"num_heads": 16},
+    "base-h32": {"num_heads": 32},
+    # Row (B): smaller attention key size.
+    "base-dk16": {"d_k": 16},
+    "base-dk32": {"d_k": 32},
+    # Row (E): learned positional embeddings instead of sinusoids.
+    "base-learned-positions": {"position_embedding_type": "learned"},
+    # Not in the paper: a CPU-sized model for demos and the embedded Tatoeba job.
+    "small": {"d_model": 256, "d_ff": 1024, "num_heads": 4, "num_encoder_layers": 3, "num_decoder_layers": 3},
+}
+
+
+@strict
+class VaswaniTransformerConfig(PreTrainedConfig):
+    r"""Hyper-parameters of the paper's encoder-decoder Transformer.
+
+    Field names follow the paper (§3, §5.4): `d_model`, `d_ff`, `num_heads` (h), `d_k`/`d_v` (None means
+    d_model / h), N layers per stack, residual `dropout` (P_drop), `label_smoothing` (ε_ls). One BPE vocabulary
+    is shared by source and target and tied to the pre-softmax projection (§3.4).
+
+    Decoding (§6.1): `length_penalty_type="gnmt"` makes `generate(length_penalty=α)` divide beam scores by
+    ((5 + |Y|) / 6)^α as in the paper (Wu et al., 2016), instead of transformers' |Y|^α (`"hf"`);
+    `max_length_offset` makes the default output limit "input length + 50".
+    """
+
+    model_type = "vaswani_transformer"
+    keys_to_ignore_at_inference: ClassVar[list[str]] = ["past_key_values"]
+    # Generic names for HF tooling. `num_hidden_layers` is the decoder's depth: generation sizes its KV cache by it.
+    attribute_map: ClassVar[dict[str, str]] = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "num_heads",
+        "num_hidden_layers": "num_decoder_layers",
+    }
+
+    vocab_size: int = 37000
+    d_model: int = 512
+    d_ff: int = 2048
+    num_heads: int = 8
+    d_k: int | None = None
+    d_v: int | None = None
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    dropout: float | int = 0.1
+    attention_dropout: float | int = 0.0
+    activation_dropout: float | int = 0.0
+    activation_function: str = "relu"
+    label_smoothing: float | int = 0.1
+    position_embedding_type: str = "sinusoidal"
+    max_position_embeddings: int = 1024
+    scale_embedding: bool = True
+    layer_norm_eps: float = 1e-6
+    init_std: float | None = None
+    length_penalty_type: str = "gnmt"
+    max_length_offset: int = 50
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 2
+    eos_token_id: int | list[int] | None = 3
+    decoder_start_token_id: int | None = 2
+    is_encoder_decoder: bool = True
+    use_cache: bool = True
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self, **kwargs: Any) -> None:
+        if self.init_std is None:
+            # §3.4: embeddings are multiplied by sqrt(d_model), so they start at N(0, d_model^-0.5).
+            self.init_std = self.d_model**-0.5
+        self._check_sizes()
+        self._check_probabilities()
+        self._check_choices()
+        super().__post_init__(**kwargs)
+
+    @property
+    def head_dim_k(self) -> int:
+        """d_k: per-head size of queries and keys."""
+        return self.d_k if self.d_k is not None else self.d_model // self.num_heads
+
+    @property
+    def head_dim_v(self) -> int:
+        """d_v: per-head size of values."""
+        return self.d_v if self.d_v is not None else self.d_model // self.num_heads
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> "VaswaniTransformerConfig":
+        """A config for one of the paper's named configurations, e.g. `from_preset("big", vocab_size=37000)`."""
+        if name not in PRESETS:
+            raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(PRESETS)}.")
+        return cls(**{**PRESETS[name], **overrides})
+
+    def _check_sizes(self) -> None:
+        """Sizes are positive and heads split d_model evenly unless d_k/d_v are given."""
+        for name in (
+            "vocab_size",
+            "d_model",
+            "d_ff",
+            "num_heads",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "max_position_embeddings",
+        ):
+            value = getattr(self, name)
+            if value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value}.")
+        for name in ("d_k", "d_v"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(
+                    f"{name} must be a positive integer or None (= d_model / num_heads), got {value}."
+                )
+        if (self.d_k is None or self.d_v is None) and self.d_model % self.num_heads != 0:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}), "
+                "or set d_k and d_v explicitly."
+            )
+        if self.position_embedding_type == "sinusoidal" and self.d_model % 2 != 0:
+            raise ValueError(
+                f"d_model must be even for sinusoidal positions (sin/cos pairs), got {self.d_model}."
+            )
+
+    def _check_probabilities(self) -> None:
+        """Dropout rates and label smoothing lie in [0, 1)."""
+        for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value}.")
+
+    def _check_choices(self) -> None:
+        """Categorical fields take one of their documented values."""
+        choices = {
+            "position_embedding_type": POSITION_EMBEDDING_TYPES,
+            "length_penalty_type": LENGTH_PENALTY_TYPES,
+            "activation_function": ACTIVATIONS,
+        }
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
+        if self.max_length_offset < 0:
+            raise ValueError(f"max_length_offset must be >= 0, got {self.max_length_offset}.")
+
+
+__all__ = ["PRESETS", "VaswaniTransformerConfig"]

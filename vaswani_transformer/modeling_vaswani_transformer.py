@@ -1,0 +1,643 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), in paper order.
+
+§3.5 positions → §3.2 attention → §3.3 feed-forward → §3.1 post-norm encoder/decoder layers → stacks with
+§3.4 scaled, tied embeddings → encoder-decoder model → model with the tied softmax, the §5.4 label-smoothed
+loss and §6.1 beam search with the GNMT length penalty.
+"""
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_vaswani_transformer import VaswaniTransformerConfig
+
+
+# §3.5 Positional Encoding
+class VaswaniTransformerSinusoidalPositionalEncoding(nn.Module):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same): interleaved, any length."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.d_model = d_model
+        # Only the frequencies are stored, so there is no maximum length. The buffer is not saved; transformers
+        # materialises it as garbage on `from_pretrained`, so `_init_weights` recomputes it.
+        self.register_buffer("inv_freq", self.compute_inv_freq(d_model), persistent=False)
+
+    @staticmethod
+    def compute_inv_freq(d_model: int) -> torch.Tensor:
+        """1 / 10000^(2i / d_model) for i = 0 … d_model/2 - 1, computed in float64 for exactness."""
+        exponents = torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+        return (1.0 / 10000.0**exponents).float()
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        angles = position_ids.float().unsqueeze(-1) * self.inv_freq  # (..., seq_len, d_model / 2)
+        return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # (..., seq_len, d_model)
+
+
+class VaswaniTransformerLearnedPositionalEmbedding(nn.Embedding):
+    """Table 3 row (E): learned positional embeddings instead of sinusoids."""
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        if position_ids.max() >= self.num_embeddings:
+            raise ValueError(
+                f"Position {int(position_ids.max())} exceeds max_position_embeddings={self.num_embeddings} of the "
+                "learned position table; use position_embedding_type='sinusoidal' or a larger table."
+            )
+        return super().forward(position_ids)
+
+
+# §3.2.1 Scaled Dot-Product Attention (the eager path; sdpa/flash come from the transformers interface)
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V, returning the attention weights too."""
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (batch, heads, tgt_len, src_len)
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # (batch, tgt_len, heads, d_v)
+    return output, weights
+
+
+# §3.2.2 Multi-Head Attention
+class VaswaniTransformerAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, …, head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)."""
+
+    def __init__(
+        self, config: VaswaniTransformerConfig, layer_idx: int | None = None, is_causal: bool = False
+    ):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_causal = is_causal
+        self.num_heads = config.num_heads
+        self.d_k = config.head_dim_k
+        self.d_v = config.head_dim_v
+        self.scaling = self.d_k**-0.5
+        self.dropout = config.attention_dropout
+        # The paper's projections W^Q, W^K, W^V, W^O are plain matrices: no biases (as in tensor2tensor).
+        self.q_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=False)
+        self.k_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=False)
+        self.v_proj = nn.Linear(config.d_model, self.num_heads * self.d_v, bias=False)
+        self.out_proj = nn.Linear(self.num_heads * self.d_v, config.d_model, bias=False)
+
+    def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
+        batch, length = states.shape[:2]
+        return states.view(batch, length, self.num_heads, head_dim).transpose(
+            1, 2
+        )  # (batch, heads, len, dim)
+
+    def _project_keys_values(
+        self,
+        key_value_states: torch.Tensor,
+        past_key_values: Cache | None,
+        is_cross_attention: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V for this step; cross-attention K/V are computed once per generation and then reused."""
+        cache = None
+        if isinstance(past_key_values, EncoderDecoderCache):
+            if is_cross_attention and past_key_values.is_updated.get(self.layer_idx):
+                layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
+                return layer.keys, layer.values
+            cache = (
+                past_key_values.cross_attention_cache
+                if is_cross_attention
+                else past_key_values.self_attention_cache
+            )
+        elif past_key_values is not None:
+            cache = past_key_values
+        keys = self._split_heads(self.k_proj(key_value_states), self.d_k)
+        values = self._split_heads(self.v_proj(key_value_states), self.d_v)
+        if cache is not None:
+            keys, values = cache.update(keys, values, self.layer_idx)
+            if is_cross_attention:
+                past_key_values.is_updated[self.layer_idx] = True
+        return keys, values
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        is_cross_attention = key_value_states is not None
+        query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (batch, heads, tgt_len, d_k)
+        keys, values = self._project_keys_values(
+            key_value_states if is_cross_attention else hidden_states, past_key_values, is_cross_attention
+        )
+        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        output, weights = attention(
+            self,
+            query,
+            keys,
+            values,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        output = output.reshape(
+            *hidden_states.shape[:-1], -1
+        )  # (batch, tgt_len, heads * d_v): Concat(head_i)
+        return self.out_proj(output), weights
+
+
+# §3.3 Position-wise Feed-Forward Networks
+class VaswaniTransformerFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2."""
+
+    def __init__(self, config: VaswaniTransformerConfig) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, config.d_ff)
+        self.fc2 = nn.Linear(config.d_ff, config.d_model)
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.activation_dropout = config.activation_dropout
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = nn.functional.dropout(
+            hidden_states, p=self.activation_dropout, training=self.training
+        )
+        return self.fc2(hidden_states)
+
+
+# §3.1 Encoder and Decoder Stacks: each sub-layer is LayerNorm(x + Dropout(Sublayer(x))) (post-norm, §5.4)
+class VaswaniTransformerEncoderLayer(GradientCheckpointingLayer):
+    """Self-attention then feed-forward, each wrapped in residual, dropout and layer norm."""
+
+    def __init__(self, config: VaswaniTransformerConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.dropout = config.dropout
+        self.self_attn = VaswaniTransformerAttention(config, layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.feed_forward = VaswaniTransformerFeedForward(config)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def _residual(
+        self, residual: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.LayerNorm
+    ) -> torch.Tensor:
+        sublayer_output = nn.functional.dropout(sublayer_output, p=self.dropout, training=self.training)
+        return norm(residual + sublayer_output)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        attended, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
+        hidden_states = self._residual(hidden_states, attended, self.self_attn_layer_norm)
+        return self._residual(hidden_states, self.feed_forward(hidden_states), self.final_layer_norm)
+
+
+class VaswaniTransformerDecoderLayer(VaswaniTransformerEncoderLayer):
+    """Masked self-attention, encoder-decoder attention, then feed-forward; each post-norm."""
+
+    def __init__(self, config: VaswaniTransformerConfig, layer_idx: int) -> None:
+        super().__init__(config, layer_idx)
+        self.self_attn = VaswaniTransformerAttention(config, layer_idx, is_causal=True)
+        self.encoder_attn = VaswaniTransformerAttention(config, layer_idx)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        attended, _ = self.self_attn(
+            hidden_states, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs
+        )
+        hidden_states = self._residual(hidden_states, attended, self.self_attn_layer_norm)
+        attended, _ = self.encoder_attn(
+            hidden_states,
+            key_value_states=encoder_hidden_states,
+            attention_mask=encoder_attention_mask,
+            past_key_values=past_key_values,
+            **kwargs,
+        )
+        hidden_states = self._residual(hidden_states, attended, self.encoder_attn_layer_norm)
+        return self._residual(hidden_states, self.feed_forward(hidden_states), self.final_layer_norm)
+
+
+class VaswaniTransformerPreTrainedModel(PreTrainedModel):
+    """Weight initialisation and transformers plumbing shared by all Vaswani Transformer classes."""
+
+    config: VaswaniTransformerConfig
+    config_class = VaswaniTransformerConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VaswaniTransformerEncoderLayer", "VaswaniTransformerDecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Xavier-uniform projections and N(0, d_model^-0.5) embeddings, as tensor2tensor and fairseq do.
+
+        This is what lets a post-norm stack train from scratch at base and big size with the paper's schedule.
+        """
+        if isinstance(module, VaswaniTransformerSinusoidalPositionalEncoding):
+            init.copy_(module.inv_freq, module.compute_inv_freq(module.d_model))
+        elif isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+
+
+def _make_positions(config: VaswaniTransformerConfig) -> nn.Module:
+    if config.position_embedding_type == "learned":
+        return VaswaniTransformerLearnedPositionalEmbedding(config.max_position_embeddings, config.d_model)
+    return VaswaniTransformerSinusoidalPositionalEncoding(config.d_model)
+
+
+# §3.4 Embeddings and Softmax: embeddings × sqrt(d_model) + positions, then dropout (§5.4)
+class VaswaniTransformerEncoder(VaswaniTransformerPreTrainedModel):
+    """The encoder stack: N identical layers, no final layer norm (post-norm)."""
+
+    _can_record_outputs = {
+        "hidden_states": VaswaniTransformerEncoderLayer,
+        "attentions": VaswaniTransformerAttention,
+    }
+
+    def __init__(self, config: VaswaniTransformerConfig) -> None:
+        super().__init__(config)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = _make_positions(config)
+        self.layers = nn.ModuleList(
+            [VaswaniTransformerEncoderLayer(config, i) for i in range(config.num_encoder_layers)]
+        )
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds to the encoder.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        inputs_embeds = inputs_embeds * self.embed_scale
+        # Positions count real tokens only, so left- and right-padded batches see the same positions.
+        if attention_mask is not None:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (batch, src_len)
+        else:
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
+        hidden_states = inputs_embeds + self.embed_positions(position_ids).to(inputs_embeds.dtype)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
+        mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+        )
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+class VaswaniTransformerDecoder(VaswaniTransformerPreTrainedModel):
+    """The decoder stack: N identical layers with masked self-attention and encoder-decoder attention."""
+
+    _can_record_outputs = {
+        "hidden_states": VaswaniTransformerDecoderLayer,
+        "attentions": OutputRecorder(VaswaniTransformerAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(VaswaniTransformerAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: VaswaniTransformerConfig) -> None:
+        super().__init__(config)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = _make_positions(config)
+        self.layers = nn.ModuleList(
+            [VaswaniTransformerDecoderLayer(config, i) for i in range(config.num_decoder_layers)]
+        )
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of decoder_input_ids or decoder_inputs_embeds to the decoder.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        inputs_embeds = inputs_embeds * self.embed_scale
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())  # self- and cross-attention
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        position_ids = torch.arange(
+            past_length, past_length + inputs_embeds.shape[1], device=inputs_embeds.device
+        )
+        hidden_states = inputs_embeds + self.embed_positions(position_ids).to(inputs_embeds.dtype)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
+
+        self_attention_cache = (
+            past_key_values.self_attention_cache
+            if isinstance(past_key_values, EncoderDecoderCache)
+            else past_key_values
+        )
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=self_attention_cache,
+            position_ids=position_ids.unsqueeze(0),
+        )
+        cross_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,  # positional, as gradient checkpointing requires
+                encoder_attention_mask=cross_mask,
+                past_key_values=past_key_values,
+                **kwargs,
+            )
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, past_key_values=past_key_values
+        )
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs for teacher forcing: <s> y_1 … y_{n-1}, with ignored (-100) labels turned into padding."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
+    """Encoder and decoder; the source and target embeddings are one shared BPE table (§3.4)."""
+
+    _tied_weights_keys = {"decoder.embed_tokens.weight": "encoder.embed_tokens.weight"}
+
+    def __init__(self, config: VaswaniTransformerConfig) -> None:
+        super().__init__(config)
+        self.encoder = VaswaniTransformerEncoder(config)
+        self.decoder = VaswaniTransformerDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple[torch.Tensor, ...] | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqModelOutput:
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+def gnmt_as_power_of_length(alpha: float, length: int) -> float:
+    """The exponent e with length^e == ((5 + length) / 6)^alpha: the paper's penalty in transformers' form."""
+    if length <= 1:
+        return 0.0  # ((5 + 1) / 6)^alpha == 1 == 1^e for any e
+    return alpha * math.log((5.0 + length) / 6.0) / math.log(length)
+
+
+class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedModel, GenerationMixin):
+    """The translation model: decoder output → tied linear → softmax (§3.4), with the §5.4 training loss."""
+
+    _tied_weights_keys = {
+        "lm_head.weight": "model.encoder.embed_tokens.weight",
+        "model.decoder.embed_tokens.weight": "model.encoder.embed_tokens.weight",
+    }
+    # The loss is normalised by the Trainer's token count, which keeps gradient accumulation exact.
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: VaswaniTransformerConfig) -> None:
+        super().__init__(config)
+        self.model = VaswaniTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+        # §6.1: beam size 4, length penalty α = 0.6 (GNMT form, see `length_penalty_type`).
+        self.generation_config.update(num_beams=4, length_penalty=0.6, early_stopping=True)
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def label_smoothed_loss(
+        self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """§5.4 label smoothing (ε_ls = config.label_smoothing), summed over tokens, divided by the token count.
+
+        The count is the Trainer's `num_items_in_batch` (all target tokens of the accumulated batch) when given,
+        so that accumulating 2 batches of B equals one batch of 2B; otherwise this batch's non-ignored tokens.
+        """
+        loss = nn.functional.cross_entropy(
+            logits.float().view(-1, logits.shape[-1]),
+            labels.view(-1),
+            ignore_index=-100,
+            reduction="sum",
+            label_smoothing=self.config.label_smoothing,
+        )
+        if num_items_in_batch is None:
+            num_items_in_batch = (labels != -100).sum().clamp(min=1)
+        if isinstance(num_items_in_batch, torch.Tensor):
+            num_items_in_batch = num_items_in_batch.to(loss.device)
+        return loss / num_items_in_batch
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple[torch.Tensor, ...] | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs: Seq2SeqModelOutput = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab)
+        loss = self.label_smoothed_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+    # §6.1 decoding: "maximum output length … input length + 50, but terminate early when possible".
+    def generate(
+        self, inputs: torch.Tensor | None = None, generation_config: Any = None, **kwargs: Any
+    ) -> Any:
+        """`GenerationMixin.generate`, defaulting the output limit to the longest source + `max_length_offset`."""
+        limits = ("max_length", "max_new_tokens")
+        configs = [c for c in (generation_config, self.generation_config) if c is not None]
+        has_limit = any(kwargs.get(k) is not None for k in limits) or any(
+            getattr(c, k, None) is not None for c in configs for k in limits
+        )
+        source = inputs if inputs is not None else kwargs.get("input_ids")
+        if not has_limit and source is not None:
+            mask = kwargs.get("attention_mask")
+            source_length = int(mask.sum(-1).max()) if mask is not None else source.shape[-1]
+            kwargs["max_new_tokens"] = source_length + self.config.max_length_offset
+        return super().generate(inputs, generation_config, **kwargs)
+
+    # transformers divides a finished beam's log-probability by |Y|^length_penalty. With length_penalty_type
+    # "gnmt" we hand it, at each length, the exponent that makes that divisor ((5 + |Y|) / 6)^α instead.
+    def _update_finished_beams(
+        self, *, cur_len: int, decoder_prompt_len: int, length_penalty: float, **kwargs: Any
+    ):
+        if self.config.length_penalty_type == "gnmt":
+            length_penalty = gnmt_as_power_of_length(length_penalty, cur_len + 1 - decoder_prompt_len)
+        return super()._update_finished_beams(
+            cur_len=cur_len, decoder_prompt_len=decoder_prompt_len, length_penalty=length_penalty, **kwargs
+        )
+
+    def _check_early_stop_heuristic(
+        self,
+        *,
+        cur_len: int,
+        decoder_prompt_len: int,
+        length_penalty: float,
+        early_stopping: Any,
+        **kwargs: Any,
+    ):
+        if self.config.length_penalty_type == "gnmt":
+            length = kwargs["max_length"] if early_stopping == "never" else cur_len
+            length_penalty = gnmt_as_power_of_length(length_penalty, length - decoder_prompt_len)
+        return super()._check_early_stop_heuristic(
+            cur_len=cur_len,
+            decoder_prompt_len=decoder_prompt_len,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+            **kwargs,
+        )
+
+
+__all__ = [
+    "VaswaniTransformerForConditionalGeneration",
+    "VaswaniTransformerModel",
+    "VaswaniTransformerPreTrainedModel",
+]
