@@ -1,0 +1,117 @@
+"""Checkpoint averaging as in the paper (mean of the last 5 checkpoints for base models, 20 for big)."""
+
+import re
+import shutil
+from collections.abc import Iterable, Sequence
+from fnmatch import fnmatch
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+WEIGHTS_NAME = "model.safetensors"
+_CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
+# Weights (averaged separately) and Trainer resume state: everything else in a checkpoint is copied.
+_NOT_COPIED = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.pt", "*.pth", "trainer_state.json")
+
+
+def find_checkpoints(run_dir: Path) -> list[Path]:
+    """Trainer `checkpoint-<step>` folders of a run, sorted by step."""
+    steps = {}
+    for path in Path(run_dir).iterdir():
+        match = _CHECKPOINT_DIR.fullmatch(path.name)
+        if match and path.is_dir():
+            steps[path] = int(match.group(1))
+    return sorted(steps, key=steps.__getitem__)
+
+
+def _check_floating(key: str, tensor: torch.Tensor, label: str) -> None:
+    """Raise unless the tensor can be averaged."""
+    if not tensor.is_floating_point():
+        raise ValueError(f"cannot average {key!r} in {label}: {tensor.dtype} is not a floating-point dtype")
+
+
+def _check_same_keys(expected: Iterable[str], state_dict: dict[str, torch.Tensor], label: str) -> None:
+    """Raise if the state dict's keys differ from the first checkpoint's."""
+    expected, found = set(expected), set(state_dict)
+    if missing := sorted(expected - found):
+        raise ValueError(f"{label} lacks {len(missing)} key(s) of the first, e.g. {missing[0]!r}")
+    if extra := sorted(found - expected):
+        raise ValueError(f"{label} has {len(extra)} key(s) absent from the first, e.g. {extra[0]!r}")
+
+
+def _add_to_sums(sums: dict[str, torch.Tensor], state_dict: dict[str, torch.Tensor], label: str) -> None:
+    """Add each (floating-point, same-shape) tensor of the state dict to its float64 running sum."""
+    _check_same_keys(sums, state_dict, label)
+    for key, tensor in state_dict.items():
+        _check_floating(key, tensor, label)
+        if tensor.shape != sums[key].shape:
+            raise ValueError(f"{key!r} has shape {tuple(tensor.shape)} in {label}, unlike the first")
+        sums[key] += tensor.to(torch.float64)
+
+
+def _mean_state_dict(labelled: Iterable[tuple[str, dict[str, torch.Tensor]]]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of state dicts consumed one at a time, summed in float64, in the first's dtypes."""
+    sums: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    count = 0
+    for label, state_dict in labelled:
+        if count == 0:
+            dtypes = {key: tensor.dtype for key, tensor in state_dict.items()}
+            sums = {key: torch.zeros(tensor.shape, dtype=torch.float64) for key, tensor in state_dict.items()}
+        _add_to_sums(sums, state_dict, label)
+        count += 1
+    if count == 0:
+        raise ValueError("no checkpoints to average")
+    return {key: (total / count).to(dtypes[key]) for key, total in sums.items()}
+
+
+def average_state_dicts(
+    state_dicts: Sequence[dict[str, torch.Tensor]], labels: Sequence[str] | None = None
+) -> dict[str, torch.Tensor]:
+    """Element-wise mean of floating-point state dicts with identical keys; `labels` name them in errors."""
+    labels = labels if labels is not None else [f"state dict #{i}" for i in range(len(state_dicts))]
+    return _mean_state_dict(zip(labels, state_dicts, strict=True))
+
+
+def _load_weights(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
+    """The safetensors weights of one checkpoint (never unpickled)."""
+    weights = Path(checkpoint_dir) / WEIGHTS_NAME
+    if not weights.is_file():
+        raise FileNotFoundError(
+            f"{checkpoint_dir} has no {WEIGHTS_NAME}: checkpoints must be saved unsharded with safetensors "
+            "(save_pretrained / Trainer default); pickled .bin weights are not loaded"
+        )
+    return load_file(weights)
+
+
+def _copy_model_files(source_dir: Path, output_dir: Path) -> None:
+    """Copy config, generation config, tokenizer and code files, leaving weights and Trainer state behind."""
+    for path in Path(source_dir).iterdir():
+        if path.is_file() and not any(fnmatch(path.name, pattern) for pattern in _NOT_COPIED):
+            shutil.copy2(path, output_dir / path.name)
+
+
+def average_checkpoints(checkpoint_dirs: Sequence[Path], output_dir: Path) -> Path:
+    """Average the checkpoints' weights into output_dir, with the last checkpoint's other model files."""
+    checkpoint_dirs = [Path(path) for path in checkpoint_dirs]
+    output_dir = Path(output_dir)
+    if not checkpoint_dirs:
+        raise ValueError("no checkpoints to average")
+    if any(output_dir.resolve() == path.resolve() for path in checkpoint_dirs):
+        raise ValueError(f"output_dir {output_dir} must not be one of the averaged checkpoints")
+    averaged = _mean_state_dict((str(path), _load_weights(path)) for path in checkpoint_dirs)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    save_file(averaged, output_dir / WEIGHTS_NAME, metadata={"format": "pt"})
+    _copy_model_files(checkpoint_dirs[-1], output_dir)
+    return output_dir
+
+
+def average_last(run_dir: Path, n: int, output_dir: Path) -> Path:
+    """Average the last n checkpoints of a Trainer run; raises if the run has fewer than n."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    checkpoints = find_checkpoints(run_dir)
+    if len(checkpoints) < n:
+        raise ValueError(f"asked to average the last {n} checkpoints but {run_dir} has {len(checkpoints)}")
+    return average_checkpoints(checkpoints[-n:], output_dir)
