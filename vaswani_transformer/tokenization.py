@@ -1,0 +1,100 @@
+"""Joint source/target BPE vocabulary (Sennrich et al., 2016) as a Hugging Face fast tokenizer."""
+
+from collections.abc import Iterable, Iterator
+from itertools import islice
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+PAD = "<pad>"
+UNK = "<unk>"
+BOS = "<s>"
+EOS = "</s>"
+SPECIAL_TOKENS = [PAD, UNK, BOS, EOS]  # ids 0, 1, 2, 3: shared with the model config
+EOS_ID = SPECIAL_TOKENS.index(EOS)
+
+NORMALIZATIONS = ("NFKC", "NFC", None)
+MODEL_MAX_LENGTH = 1024
+TRAIN_BATCH_SIZE = 1000
+# After Metaspace has turned spaces into "▁": a word (letters, with in-word apostrophes as in "don't"), a
+# single digit, or a run of other symbols, each optionally led by its "▁". Every character lands in exactly
+# one piece, so decoding (concatenate, "▁" -> " ") restores the text.
+WORD_DIGIT_PUNCT = Regex(r"▁?[\p{L}\p{M}]+(?:['’][\p{L}\p{M}]+)*|▁?\p{N}|▁?[^\p{L}\p{M}\p{N}▁]+")
+
+
+def _normalizer(normalization: str | None, lowercase: bool) -> normalizers.Normalizer:
+    """Unicode normalisation, whitespace runs collapsed to one space and trimmed, optional lowercasing."""
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+    steps: list[normalizers.Normalizer] = []
+    if normalization == "NFKC":
+        steps.append(normalizers.NFKC())
+    elif normalization == "NFC":
+        steps.append(normalizers.NFC())
+    steps += [normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
+    if lowercase:
+        steps.append(normalizers.Lowercase())
+    return normalizers.Sequence(steps)
+
+
+def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    """Reversible pre-tokenisation: spaces become "▁", then words, single digits and punctuation are split."""
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
+            pre_tokenizers.Split(WORD_DIGIT_PUNCT, behavior="isolated"),
+        ]
+    )
+
+
+def _batches(texts: Iterable[str], size: int = TRAIN_BATCH_SIZE) -> Iterator[list[str]]:
+    """Yield lists of up to `size` texts."""
+    iterator = iter(texts)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+def _eos_post_processor() -> processors.TemplateProcessing:
+    """Append </s> to every sequence (and to each side of a pair)."""
+    return processors.TemplateProcessing(
+        single=f"$A {EOS}", pair=f"$A {EOS} $B:1 {EOS}:1", special_tokens=[(EOS, EOS_ID)]
+    )
+
+
+def train_bpe(
+    texts: Iterable[str],
+    vocab_size: int = 37000,
+    *,
+    lowercase: bool = False,
+    normalization: str | None = "NFKC",
+    min_frequency: int = 2,
+    show_progress: bool = False,
+) -> PreTrainedTokenizerFast:
+    """Train one joint BPE vocabulary on `texts` (source and target sentences together)."""
+    tokenizer = Tokenizer(models.BPE(unk_token=UNK))
+    tokenizer.normalizer = _normalizer(normalization, lowercase)
+    tokenizer.pre_tokenizer = _pre_tokenizer()
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=show_progress,
+    )
+    tokenizer.train_from_iterator(_batches(texts), trainer=trainer)
+    tokenizer.post_processor = _eos_post_processor()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token=PAD,
+        unk_token=UNK,
+        bos_token=BOS,
+        eos_token=EOS,
+        model_max_length=MODEL_MAX_LENGTH,
+        padding_side="right",
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def load_tokenizer(path_or_hub_id: str) -> PreTrainedTokenizerFast:
+    """Load a tokenizer saved with `save_pretrained` from a folder or the Hub."""
+    return AutoTokenizer.from_pretrained(path_or_hub_id)
