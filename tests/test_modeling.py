@@ -85,13 +85,15 @@ def test_padding_does_not_change_any_sentence(tiny_model, source_batch, implemen
     )
 
 
+@torch.no_grad()  # flex_attention has no CPU backward
 def test_attention_implementations_agree(tiny_model, source_batch) -> None:
     decoder_input_ids = torch.tensor([[2, 20, 21, 22], [2, 30, 31, 32]])
     outputs = {}
-    for implementation in ("eager", "sdpa"):
+    for implementation in ("eager", "sdpa", "flex_attention"):
         tiny_model.set_attn_implementation(implementation)
         outputs[implementation] = tiny_model(**source_batch, decoder_input_ids=decoder_input_ids).logits
     torch.testing.assert_close(outputs["eager"], outputs["sdpa"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(outputs["eager"], outputs["flex_attention"], rtol=1e-5, atol=1e-5)
 
 
 def test_output_attentions_are_distributions_that_ignore_padding_and_future(tiny_model, source_batch) -> None:

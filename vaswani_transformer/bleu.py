@@ -1,10 +1,10 @@
 """BLEU scoring: detokenised sacreBLEU, and tokenised BLEU comparable to published Multi30k / WMT14 scores."""
 
+import functools
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sacrebleu.metrics import BLEU
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 if TYPE_CHECKING:
@@ -24,6 +24,12 @@ def load_bleu_metric(**load_kwargs: Any) -> "evaluate.EvaluationModule":
     return evaluate.load(SACREBLEU_METRIC_PATH, **load_kwargs)
 
 
+@functools.cache
+def _bleu_metric() -> "evaluate.EvaluationModule":
+    """The packaged metric, loaded once per process."""
+    return load_bleu_metric()
+
+
 def _check_parallel(hypotheses: list[str], references: list[str]) -> None:
     """Raise if hypotheses and references are not line-aligned."""
     if len(hypotheses) != len(references):
@@ -31,20 +37,9 @@ def _check_parallel(hypotheses: list[str], references: list[str]) -> None:
 
 
 def _corpus_bleu(hypotheses: list[str], references: list[str], **bleu_options: Any) -> dict:
-    """sacreBLEU corpus score of single-reference hypotheses, as a dict with the score's signature."""
+    """sacreBLEU corpus score of single-reference hypotheses through the packaged `evaluate` metric."""
     _check_parallel(hypotheses, references)
-    bleu = BLEU(**bleu_options)
-    output = bleu.corpus_score(hypotheses, [references])
-    return {
-        "score": output.score,
-        "counts": output.counts,
-        "totals": output.totals,
-        "precisions": output.precisions,
-        "bp": output.bp,
-        "sys_len": output.sys_len,
-        "ref_len": output.ref_len,
-        "signature": str(bleu.get_signature()),
-    }
+    return _bleu_metric().compute(predictions=hypotheses, references=references, **bleu_options)
 
 
 def sacre_bleu(hypotheses: list[str], references: list[str], *, lowercase: bool = False) -> dict:

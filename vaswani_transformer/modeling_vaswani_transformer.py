@@ -197,14 +197,12 @@ class VaswaniTransformerFeedForward(nn.Module):
 
 
 # §3.1 Encoder and Decoder Stacks: each sub-layer is LayerNorm(x + Dropout(Sublayer(x))) (post-norm, §5.4)
-class VaswaniTransformerEncoderLayer(GradientCheckpointingLayer):
-    """Self-attention then feed-forward, each wrapped in residual, dropout and layer norm."""
+class VaswaniTransformerPostNormLayer(GradientCheckpointingLayer):
+    """Shared by encoder and decoder layers: the residual-dropout-norm wrapper and the feed-forward block."""
 
-    def __init__(self, config: VaswaniTransformerConfig, layer_idx: int) -> None:
+    def __init__(self, config: VaswaniTransformerConfig) -> None:
         super().__init__()
         self.dropout = config.dropout
-        self.self_attn = VaswaniTransformerAttention(config, layer_idx)
-        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.feed_forward = VaswaniTransformerFeedForward(config)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
@@ -214,6 +212,18 @@ class VaswaniTransformerEncoderLayer(GradientCheckpointingLayer):
         sublayer_output = nn.functional.dropout(sublayer_output, p=self.dropout, training=self.training)
         return norm(residual + sublayer_output)
 
+    def _feed_forward_sublayer(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self._residual(hidden_states, self.feed_forward(hidden_states), self.final_layer_norm)
+
+
+class VaswaniTransformerEncoderLayer(VaswaniTransformerPostNormLayer):
+    """Self-attention then feed-forward, each wrapped in residual, dropout and layer norm."""
+
+    def __init__(self, config: VaswaniTransformerConfig, layer_idx: int) -> None:
+        super().__init__(config)
+        self.self_attn = VaswaniTransformerAttention(config, layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -222,15 +232,16 @@ class VaswaniTransformerEncoderLayer(GradientCheckpointingLayer):
     ) -> torch.Tensor:
         attended, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
         hidden_states = self._residual(hidden_states, attended, self.self_attn_layer_norm)
-        return self._residual(hidden_states, self.feed_forward(hidden_states), self.final_layer_norm)
+        return self._feed_forward_sublayer(hidden_states)
 
 
-class VaswaniTransformerDecoderLayer(VaswaniTransformerEncoderLayer):
+class VaswaniTransformerDecoderLayer(VaswaniTransformerPostNormLayer):
     """Masked self-attention, encoder-decoder attention, then feed-forward; each post-norm."""
 
     def __init__(self, config: VaswaniTransformerConfig, layer_idx: int) -> None:
-        super().__init__(config, layer_idx)
+        super().__init__(config)
         self.self_attn = VaswaniTransformerAttention(config, layer_idx, is_causal=True)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.encoder_attn = VaswaniTransformerAttention(config, layer_idx)
         self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
@@ -255,7 +266,7 @@ class VaswaniTransformerDecoderLayer(VaswaniTransformerEncoderLayer):
             **kwargs,
         )
         hidden_states = self._residual(hidden_states, attended, self.encoder_attn_layer_norm)
-        return self._residual(hidden_states, self.feed_forward(hidden_states), self.final_layer_norm)
+        return self._feed_forward_sublayer(hidden_states)
 
 
 class VaswaniTransformerPreTrainedModel(PreTrainedModel):

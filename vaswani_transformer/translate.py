@@ -31,6 +31,8 @@ def translate(
     Decoding uses the model's generation config (for this package: beam 4, GNMT length penalty α = 0.6,
     output limit = source length + 50, §6.1) unless `generate_kwargs` override it.
     """
+    if not texts:
+        return []
     encodings = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
     batches = length_sorted_batches([len(ids) for ids in encodings], batch_size)
     results: list[str] = [""] * len(texts)

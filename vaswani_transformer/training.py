@@ -1,0 +1,296 @@
+"""The paper's training recipe (§5) on Seq2SeqTrainer, and the end-to-end train → average → evaluate job."""
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from torch.utils.data import DataLoader
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    PreTrainedTokenizerBase,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+)
+
+from .checkpoints import average_checkpoints, find_checkpoints
+from .configuration_vaswani_transformer import VaswaniTransformerConfig
+from .data import (
+    FilterStats,
+    LoadStats,
+    TokenBudgetBatchSampler,
+    load_parallel,
+    load_tatoeba,
+    tokenize_parallel,
+    train_test_split_fixed,
+)
+from .evaluation import evaluate_model
+from .modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from .plotting import plot_training_curve
+from .tokenization import load_tokenizer, train_bpe
+from .translate import translate
+
+# §5.3 Optimizer: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9 (AdamW with no weight decay is exactly Adam).
+ADAM_BETAS = (0.9, 0.98)
+ADAM_EPSILON = 1e-9
+
+
+def paper_learning_rate(d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
+    """Peak-setting base rate d_model^-0.5 · warmup^-0.5, which makes `inverse_sqrt` equal eq. (3).
+
+    transformers' inverse_sqrt multiplies it by step/warmup during warm-up and by sqrt(warmup/step) after,
+    giving lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5).
+    """
+    return scale * d_model**-0.5 * warmup_steps**-0.5
+
+
+def bf16_available() -> bool:
+    """Whether this machine trains in bfloat16 (a CUDA GPU that supports it)."""
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def paper_training_arguments(
+    output_dir: str | Path,
+    d_model: int,
+    *,
+    max_steps: int,
+    warmup_steps: int = 1500,
+    lr_scale: float = 1.0,
+    save_steps: int = 1000,
+    save_total_limit: int | None = 5,
+    logging_steps: int = 20,
+    seed: int = 0,
+    **overrides: object,
+) -> Seq2SeqTrainingArguments:
+    """Seq2SeqTrainingArguments with §5.3's optimiser and schedule; label smoothing lives in the model's loss."""
+    values: dict[str, object] = {
+        "output_dir": str(output_dir),
+        "max_steps": max_steps,
+        "learning_rate": paper_learning_rate(d_model, warmup_steps, lr_scale),
+        "lr_scheduler_type": "inverse_sqrt",
+        "warmup_steps": warmup_steps,
+        "optim": "adamw_torch",
+        "adam_beta1": ADAM_BETAS[0],
+        "adam_beta2": ADAM_BETAS[1],
+        "adam_epsilon": ADAM_EPSILON,
+        "weight_decay": 0.0,
+        "max_grad_norm": 0.0,  # the paper does not clip gradients
+        "bf16": bf16_available(),
+        "save_strategy": "steps",
+        "save_steps": save_steps,
+        "save_total_limit": save_total_limit,
+        "logging_steps": logging_steps,
+        "report_to": [],
+        "seed": seed,
+        "per_device_train_batch_size": 1,  # unused: batches come from the token-budget sampler
+        "dataloader_drop_last": False,
+    }
+    values.update(overrides)
+    return Seq2SeqTrainingArguments(**values)
+
+
+class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
+    """Seq2SeqTrainer that trains on §5.1 batches of about `max_tokens` source and target tokens."""
+
+    def __init__(self, *args: object, max_tokens: int, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_tokens = max_tokens
+
+    def get_train_dataloader(self) -> DataLoader:
+        sampler = TokenBudgetBatchSampler.from_dataset(
+            self.train_dataset, self.max_tokens, seed=self.args.seed
+        )
+        dataset = self.train_dataset.remove_columns(["src_len", "tgt_len"])
+        loader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory and torch.cuda.is_available(),
+        )
+        return self.accelerator.prepare(loader)
+
+
+@dataclass
+class TrainOptions:
+    """Everything the training job needs; the defaults are the embedded Tatoeba CPU job."""
+
+    output_dir: Path = Path("runs/tatoeba-en-de")
+    train_source: str | None = None  # None: the embedded Tatoeba corpus, minus a held-out test split
+    train_target: str | None = None
+    test_source: str | None = None
+    test_target: str | None = None
+    test_references_tokenized: str | None = None
+    source_lang: str = "en"
+    target_lang: str = "de"
+    test_size: int = 1000
+    preset: str = "small"
+    config_overrides: dict = field(default_factory=dict)
+    vocab_size: int = 8000
+    lowercase: bool = False
+    max_length: int = 128
+    max_tokens: int = 4096
+    max_steps: int = 300
+    warmup_steps: int = 150
+    lr_scale: float = 1.0
+    save_steps: int = 25
+    average_last: int = 5
+    logging_steps: int = 20
+    seed: int = 0
+    resume: bool = False
+    eval_batch_size: int = 128
+    num_beams: int = 4
+    length_penalty: float = 0.6
+    split_compounds: bool = False
+    max_test_sentences: int | None = None
+    examples: tuple[str, ...] = ("I love you.", "Where is the train station?", "Tom is reading a book.")
+
+
+@dataclass
+class TrainResult:
+    """Where things were written and what was measured."""
+
+    model_dir: Path
+    scores: dict
+    train_seconds: float
+    load_stats: list[LoadStats]
+    filter_stats: FilterStats
+    example_translations: dict[str, str]
+
+
+def _load_corpora(options: TrainOptions) -> tuple[Dataset, Dataset, list[LoadStats]]:
+    """Training pairs and test pairs: given files, or the embedded Tatoeba corpus with a fixed test split."""
+    if options.train_source is None:
+        pairs, stats = load_tatoeba()
+        split = train_test_split_fixed(pairs, options.test_size, seed=options.seed)
+        return split["train"], split["test"], [stats]
+    train, train_stats = load_parallel(
+        options.train_source,
+        options.train_target,
+        source_lang=options.source_lang,
+        target_lang=options.target_lang,
+    )
+    if options.test_source is None:
+        raise ValueError("--test-source is required with --train-source (and --test-target for text pairs).")
+    test, test_stats = load_parallel(
+        options.test_source,
+        options.test_target,
+        source_lang=options.source_lang,
+        target_lang=options.target_lang,
+        split="test",
+    )
+    return train, test, [train_stats, test_stats]
+
+
+def _tokenizer_for(options: TrainOptions, train: Dataset, output_dir: Path) -> PreTrainedTokenizerBase:
+    """A joint BPE vocabulary trained on both sides of the training pairs (or reloaded on --resume)."""
+    tokenizer_dir = output_dir / "tokenizer"
+    if options.resume and tokenizer_dir.is_dir():
+        return load_tokenizer(str(tokenizer_dir))
+    tokenizer = train_bpe(
+        (text for column in ("source", "target") for text in train[column]),
+        options.vocab_size,
+        lowercase=options.lowercase,
+    )
+    tokenizer.save_pretrained(tokenizer_dir)
+    return tokenizer
+
+
+def _model_for(options: TrainOptions, vocab_size: int) -> VaswaniTransformerForConditionalGeneration:
+    """A freshly initialised model of the chosen preset over the trained vocabulary."""
+    config = VaswaniTransformerConfig.from_preset(
+        options.preset, vocab_size=vocab_size, **options.config_overrides
+    )
+    return VaswaniTransformerForConditionalGeneration(config)
+
+
+def build_trainer(
+    model: VaswaniTransformerForConditionalGeneration,
+    tokenizer: PreTrainedTokenizerBase,
+    train_dataset: Dataset,
+    args: Seq2SeqTrainingArguments,
+    max_tokens: int,
+) -> TokenBudgetSeq2SeqTrainer:
+    """A Seq2SeqTrainer over token-budget batches, padding with DataCollatorForSeq2Seq."""
+    return TokenBudgetSeq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        processing_class=tokenizer,
+        max_tokens=max_tokens,
+    )
+
+
+def _final_model_dir(options: TrainOptions, trainer: TokenBudgetSeq2SeqTrainer) -> Path:
+    """The averaged last checkpoints (§6.1) when there are enough of them, else the final weights."""
+    checkpoints = find_checkpoints(options.output_dir)
+    final_dir = options.output_dir / "final"
+    if options.average_last > 1 and len(checkpoints) >= 2:
+        return average_checkpoints(checkpoints[-options.average_last :], final_dir)
+    trainer.save_model(str(final_dir))
+    return final_dir
+
+
+def train_and_evaluate(options: TrainOptions) -> TrainResult:
+    """Load data, train BPE, train the model with the paper's recipe, average checkpoints, decode, score."""
+    output_dir = Path(options.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    train, test, load_stats = _load_corpora(options)
+    tokenizer = _tokenizer_for(options, train, output_dir)
+    tokenized, filter_stats = tokenize_parallel(train, tokenizer, max_length=options.max_length)
+    torch.manual_seed(options.seed)
+    model = _model_for(options, len(tokenizer))
+    args = paper_training_arguments(
+        output_dir,
+        model.config.d_model,
+        max_steps=options.max_steps,
+        warmup_steps=options.warmup_steps,
+        lr_scale=options.lr_scale,
+        save_steps=options.save_steps,
+        save_total_limit=max(options.average_last, 1),
+        logging_steps=options.logging_steps,
+        seed=options.seed,
+    )
+    trainer = build_trainer(model, tokenizer, tokenized, args, options.max_tokens)
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=options.resume and bool(find_checkpoints(output_dir)))
+    train_seconds = time.perf_counter() - started
+    model_dir = _final_model_dir(options, trainer)
+    tokenizer.save_pretrained(model_dir)
+    plot_training_curve(trainer.state.log_history, model_dir / "training_curve.png")
+    test = test.select(range(min(len(test), options.max_test_sentences or len(test))))
+    scores = evaluate_model(
+        model_dir,
+        test["source"],
+        test["target"],
+        references_tokenized=_read_lines(options.test_references_tokenized, len(test)),
+        target_lang=options.target_lang,
+        batch_size=options.eval_batch_size,
+        num_beams=options.num_beams,
+        length_penalty=options.length_penalty,
+        split_compounds=options.split_compounds,
+        show_progress=True,
+    )
+    examples = _translate_examples(model_dir, options.examples)
+    scores["train_seconds"] = train_seconds
+    (model_dir / "train_options.json").write_text(json.dumps(asdict(options), default=str, indent=2) + "\n")
+    return TrainResult(model_dir, scores, train_seconds, load_stats, filter_stats, examples)
+
+
+def _read_lines(path: str | None, limit: int) -> list[str] | None:
+    """The first `limit` lines of a text file, or None when no file is given."""
+    if path is None:
+        return None
+    return Path(path).read_text(encoding="utf-8").splitlines()[:limit]
+
+
+def _translate_examples(model_dir: Path, sentences: tuple[str, ...]) -> dict[str, str]:
+    """Translations of a few sentences by the saved model, loaded the way a user would load it."""
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return dict(zip(sentences, translate(list(sentences), model, tokenizer), strict=True))
