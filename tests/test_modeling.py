@@ -242,3 +242,18 @@ def test_saved_folder_loads_with_remote_code_without_the_package(
         env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf")},
     )
     torch.testing.assert_close(torch.load(tmp_path / "logits.pt"), expected, rtol=0, atol=0)
+
+
+def test_initialisation_scales() -> None:
+    """Tied embeddings stay N(0, d_model^-0.5) (not re-initialised as the lm_head Linear); projections Xavier."""
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=4000, d_model=64)
+    model = VaswaniTransformerForConditionalGeneration(config)
+    embeddings = model.model.encoder.embed_tokens.weight
+    assert embeddings[1:].std().item() == pytest.approx(64**-0.5, rel=0.05)
+    assert embeddings[0].abs().max() == 0  # padding row
+    q_proj = model.model.decoder.layers[0].self_attn.q_proj.weight
+    xavier_bound = math.sqrt(6 / (64 + 64))
+    assert q_proj.abs().max() <= xavier_bound and q_proj.std().item() == pytest.approx(
+        xavier_bound / math.sqrt(3), rel=0.1
+    )

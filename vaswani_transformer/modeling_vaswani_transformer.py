@@ -303,6 +303,7 @@ class VaswaniTransformerPreTrainedModel(PreTrainedModel):
 
 
 def _make_positions(config: VaswaniTransformerConfig) -> nn.Module:
+    """The §3.5 sinusoids, or Table 3 row (E)'s learned table."""
     if config.position_embedding_type == "learned":
         return VaswaniTransformerLearnedPositionalEmbedding(config.max_position_embeddings, config.d_model)
     return VaswaniTransformerSinusoidalPositionalEncoding(config.d_model)

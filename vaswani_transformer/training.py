@@ -58,7 +58,7 @@ def paper_training_arguments(
     d_model: int,
     *,
     max_steps: int,
-    warmup_steps: int = 1500,
+    warmup_steps: int = 4000,
     lr_scale: float = 1.0,
     save_steps: int = 1000,
     save_total_limit: int | None = 5,
@@ -133,12 +133,12 @@ class TrainOptions:
     vocab_size: int = 8000
     lowercase: bool = False
     max_length: int = 128
-    max_tokens: int = 4096
-    max_steps: int = 300
-    warmup_steps: int = 150
-    lr_scale: float = 1.0
-    save_steps: int = 25
-    average_last: int = 5
+    max_tokens: int = 1536
+    max_steps: int = 900
+    warmup_steps: int = 300
+    lr_scale: float = 0.5
+    save_steps: int = 50
+    average_last: int = 3
     logging_steps: int = 20
     seed: int = 0
     resume: bool = False
