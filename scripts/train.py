@@ -114,7 +114,10 @@ def main() -> None:
     for source, translation in result.example_translations.items():
         print(f"  {source}  ->  {translation}")
     print(json.dumps({"model_dir": str(result.model_dir), "scores": str(result.model_dir / "scores.json")}))
-    print(f"model saved to {result.model_dir} (load with AutoModelForSeq2SeqLM / AutoTokenizer)")
+    print(
+        f"model saved to {result.model_dir}: AutoModelForSeq2SeqLM / AutoTokenizer.from_pretrained(...) after "
+        "`import vaswani_transformer`, or with trust_remote_code=True"
+    )
 
 
 if __name__ == "__main__":

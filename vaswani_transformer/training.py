@@ -253,7 +253,7 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult:
         lr_scale=options.lr_scale,
         save_steps=options.save_steps,
         save_total_limit=max(options.average_last, 1),
-        logging_steps=options.logging_steps,
+        logging_steps=min(options.logging_steps, options.max_steps),  # a short run still logs its loss
         seed=options.seed,
     )
     trainer = build_trainer(model, tokenizer, tokenized, args, options.max_tokens)
