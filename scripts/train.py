@@ -103,6 +103,8 @@ def parse_args() -> TrainOptions:
 
 def main() -> None:
     result = train_and_evaluate(parse_args())
+    if result is None:  # not the main process of a multi-process (accelerate launch) run
+        return
     for stats in result.load_stats:
         print(stats.summary())
     print(result.filter_stats.summary())

@@ -1,6 +1,7 @@
 """The paper's recipe on Seq2SeqTrainer, and the train → average → evaluate job end to end."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from vaswani_transformer.data import TokenBudgetBatchSampler, load_parallel, tokenize_parallel
 from vaswani_transformer.training import (
     TrainOptions,
     build_trainer,
@@ -109,8 +111,6 @@ def test_token_budget_batches_in_a_plain_accelerate_loop(letter_tokenizer) -> No
     from torch.utils.data import DataLoader
     from transformers import DataCollatorForSeq2Seq
 
-    from vaswani_transformer.data import TokenBudgetBatchSampler, tokenize_parallel
-
     sources = [" ".join("abcdefghij"[: 2 + i % 8]) for i in range(100)]
     pairs = Dataset.from_dict({"source": sources, "target": [s[::-1] for s in sources]})
     tokenized, _ = tokenize_parallel(pairs, letter_tokenizer)
@@ -160,3 +160,43 @@ def test_resume_continues_from_the_last_checkpoint(shared_data: Path, tmp_path: 
     first_logged_step = min(entry["step"] for entry in state["log_history"] if "loss" in entry)
     assert first_logged_step == 2  # history carried over from the first run, not restarted
     assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_text() == vocabulary
+
+
+def test_two_process_distributed_training(shared_data: Path, tmp_path: Path) -> None:
+    """2 processes (torchrun, gloo DDP on CPU; `accelerate launch --multi_gpu` on GPUs): one vocabulary, sharded
+    token batches, one report."""
+    m30k = shared_data / "multi30k"
+    files = {
+        "--train-source": first_lines(m30k / "train.en", 300, tmp_path / "train.en"),
+        "--train-target": first_lines(m30k / "train.de", 300, tmp_path / "train.de"),
+        "--test-source": first_lines(m30k / "val.en", 10, tmp_path / "val.en"),
+        "--test-target": first_lines(m30k / "val.de", 10, tmp_path / "val.de"),
+    }
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "scripts/train.py"]
+    arguments = [item for pair in files.items() for item in pair]
+    arguments += ["--vocab-size", "400", "--max-tokens", "512", "--max-steps", "6", "--save-steps", "3"]
+    arguments += [
+        "--average-last",
+        "2",
+        "--warmup",
+        "2",
+        "--num-beams",
+        "1",
+        "--output",
+        str(tmp_path / "run"),
+    ]
+    completed = subprocess.run(launch + arguments, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.count("sacreBLEU") == 1  # only the main process evaluates and reports
+    state = json.loads((tmp_path / "run" / "checkpoint-6" / "trainer_state.json").read_text())
+    batches = len(
+        TokenBudgetBatchSampler.from_dataset(
+            tokenize_parallel(
+                load_parallel(files["--train-source"], files["--train-target"])[0],
+                AutoTokenizer.from_pretrained(tmp_path / "run" / "tokenizer"),
+            )[0],
+            512,
+        )
+    )
+    assert state["global_step"] == 6
+    assert state["log_history"][-1]["epoch"] == pytest.approx(6 / math.ceil(batches / 2))  # 2 batches a step

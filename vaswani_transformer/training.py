@@ -80,6 +80,8 @@ def paper_training_arguments(
         "weight_decay": 0.0,
         "max_grad_norm": 0.0,  # the paper does not clip gradients
         "bf16": bf16_available(),
+        # Explicit on accelerator-less machines: it also lets torchrun run CPU processes as gloo DDP.
+        "use_cpu": not (torch.cuda.is_available() or torch.backends.mps.is_available()),
         "save_strategy": "steps",
         "save_steps": save_steps,
         "save_total_limit": save_total_limit,
@@ -186,10 +188,15 @@ def _load_corpora(options: TrainOptions) -> tuple[Dataset, Dataset, list[LoadSta
     return train, test, [train_stats, test_stats]
 
 
-def _tokenizer_for(options: TrainOptions, train: Dataset, output_dir: Path) -> PreTrainedTokenizerBase:
-    """A joint BPE vocabulary trained on both sides of the training pairs (or reloaded on --resume)."""
+def _tokenizer_for(
+    options: TrainOptions, train: Dataset, output_dir: Path, is_main_process: bool
+) -> PreTrainedTokenizerBase:
+    """A joint BPE vocabulary trained on both sides of the training pairs by the main process.
+
+    Other processes (and `--resume`) load the one the main process saved, so every rank shares one vocabulary.
+    """
     tokenizer_dir = output_dir / "tokenizer"
-    if options.resume and tokenizer_dir.is_dir():
+    if tokenizer_dir.is_dir() and (options.resume or not is_main_process):
         return load_tokenizer(str(tokenizer_dir))
     tokenizer = train_bpe(
         (text for column in ("source", "target") for text in train[column]),
@@ -236,18 +243,17 @@ def _final_model_dir(options: TrainOptions, trainer: TokenBudgetSeq2SeqTrainer) 
     return final_dir
 
 
-def train_and_evaluate(options: TrainOptions) -> TrainResult:
-    """Load data, train BPE, train the model with the paper's recipe, average checkpoints, decode, score."""
+def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
+    """Load data, train BPE, train the model with the paper's recipe, average checkpoints, decode, score.
+
+    Under `torchrun` / `accelerate launch` every process trains on its shard of the token batches; only the
+    main process trains the vocabulary, averages, evaluates and returns a result (the others return None).
+    """
     output_dir = Path(options.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    train, test, load_stats = _load_corpora(options)
-    tokenizer = _tokenizer_for(options, train, output_dir)
-    tokenized, filter_stats = tokenize_parallel(train, tokenizer, max_length=options.max_length)
-    torch.manual_seed(options.seed)
-    model = _model_for(options, len(tokenizer))
     args = paper_training_arguments(
         output_dir,
-        model.config.d_model,
+        VaswaniTransformerConfig.from_preset(options.preset, **options.config_overrides).d_model,
         max_steps=options.max_steps,
         warmup_steps=options.warmup_steps,
         lr_scale=options.lr_scale,
@@ -256,10 +262,19 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult:
         logging_steps=min(options.logging_steps, options.max_steps),  # a short run still logs its loss
         seed=options.seed,
     )
+    is_main_process = args.process_index == 0
+    train, test, load_stats = _load_corpora(options)
+    with args.main_process_first(desc="joint BPE vocabulary"):
+        tokenizer = _tokenizer_for(options, train, output_dir, is_main_process)
+    tokenized, filter_stats = tokenize_parallel(train, tokenizer, max_length=options.max_length)
+    torch.manual_seed(options.seed)
+    model = _model_for(options, len(tokenizer))
     trainer = build_trainer(model, tokenizer, tokenized, args, options.max_tokens)
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=options.resume and bool(find_checkpoints(output_dir)))
     train_seconds = time.perf_counter() - started
+    if not is_main_process:
+        return None
     model_dir = _final_model_dir(options, trainer)
     tokenizer.save_pretrained(model_dir)
     plot_training_curve(trainer.state.log_history, model_dir / "training_curve.png")
