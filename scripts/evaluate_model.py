@@ -1,4 +1,4 @@
-"""Translate a test set with a saved model using the paper's decoding (§6.1) and report BLEU.
+r"""Translate a test set with a saved model using the paper's decoding (§6.1) and report BLEU.
 
 Beam 4, GNMT length penalty α = 0.6, max output length = input length + 50; batched and length-sorted.
 Writes hypotheses.txt and scores.json next to the model.

@@ -135,7 +135,8 @@ class TrainOptions:
     vocab_size: int = 8000
     lowercase: bool = False
     max_length: int = 128
-    max_tokens: int = 1536
+    max_tokens: int = 1536  # per process and step; the batch is max_tokens × processes × accumulation
+    gradient_accumulation_steps: int = 1
     max_steps: int = 900
     warmup_steps: int = 300
     lr_scale: float = 0.5
@@ -261,6 +262,7 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
         save_total_limit=max(options.average_last, 1),
         logging_steps=min(options.logging_steps, options.max_steps),  # a short run still logs its loss
         seed=options.seed,
+        gradient_accumulation_steps=options.gradient_accumulation_steps,
     )
     is_main_process = args.process_index == 0
     train, test, load_stats = _load_corpora(options)
