@@ -310,7 +310,37 @@ def _make_positions(config: VaswaniTransformerConfig) -> nn.Module:
 
 
 # §3.4 Embeddings and Softmax: embeddings × sqrt(d_model) + positions, then dropout (§5.4)
-class VaswaniTransformerEncoder(VaswaniTransformerPreTrainedModel):
+class VaswaniTransformerStack(VaswaniTransformerPreTrainedModel):
+    """What the encoder and decoder stacks share: token embeddings, positions, and their N layers."""
+
+    def __init__(self, config: VaswaniTransformerConfig, layers: list[nn.Module]) -> None:
+        super().__init__(config)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = _make_positions(config)
+        self.layers = nn.ModuleList(layers)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def _scaled_embeddings(
+        self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Token embeddings multiplied by sqrt(d_model) (§3.4), from ids or given embeddings."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(
+                "Pass exactly one of input_ids or inputs_embeds (decoder_input_ids or decoder_inputs_embeds)."
+            )
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        return inputs_embeds * self.embed_scale
+
+    def _add_positions(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Embeddings + positional encodings, then dropout (§5.4 "we apply dropout to the sums")."""
+        hidden_states = inputs_embeds + self.embed_positions(position_ids).to(inputs_embeds.dtype)
+        return nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
+
+
+class VaswaniTransformerEncoder(VaswaniTransformerStack):
     """The encoder stack: N identical layers, no final layer norm (post-norm)."""
 
     _can_record_outputs = {
@@ -319,15 +349,9 @@ class VaswaniTransformerEncoder(VaswaniTransformerPreTrainedModel):
     }
 
     def __init__(self, config: VaswaniTransformerConfig) -> None:
-        super().__init__(config)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        self.embed_positions = _make_positions(config)
-        self.layers = nn.ModuleList(
-            [VaswaniTransformerEncoderLayer(config, i) for i in range(config.num_encoder_layers)]
+        super().__init__(
+            config, [VaswaniTransformerEncoderLayer(config, i) for i in range(config.num_encoder_layers)]
         )
-        self.gradient_checkpointing = False
-        self.post_init()
 
     @merge_with_config_defaults
     @capture_outputs
@@ -338,18 +362,13 @@ class VaswaniTransformerEncoder(VaswaniTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids or inputs_embeds to the encoder.")
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        inputs_embeds = inputs_embeds * self.embed_scale
+        inputs_embeds = self._scaled_embeddings(input_ids, inputs_embeds)
         # Positions count real tokens only, so left- and right-padded batches see the same positions.
         if attention_mask is not None:
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (batch, src_len)
         else:
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
-        hidden_states = inputs_embeds + self.embed_positions(position_ids).to(inputs_embeds.dtype)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
+        hidden_states = self._add_positions(inputs_embeds, position_ids)
         mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
         )
@@ -358,7 +377,7 @@ class VaswaniTransformerEncoder(VaswaniTransformerPreTrainedModel):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class VaswaniTransformerDecoder(VaswaniTransformerPreTrainedModel):
+class VaswaniTransformerDecoder(VaswaniTransformerStack):
     """The decoder stack: N identical layers with masked self-attention and encoder-decoder attention."""
 
     _can_record_outputs = {
@@ -368,15 +387,9 @@ class VaswaniTransformerDecoder(VaswaniTransformerPreTrainedModel):
     }
 
     def __init__(self, config: VaswaniTransformerConfig) -> None:
-        super().__init__(config)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        self.embed_positions = _make_positions(config)
-        self.layers = nn.ModuleList(
-            [VaswaniTransformerDecoderLayer(config, i) for i in range(config.num_decoder_layers)]
+        super().__init__(
+            config, [VaswaniTransformerDecoderLayer(config, i) for i in range(config.num_decoder_layers)]
         )
-        self.gradient_checkpointing = False
-        self.post_init()
 
     @merge_with_config_defaults
     @capture_outputs
@@ -391,19 +404,14 @@ class VaswaniTransformerDecoder(VaswaniTransformerPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of decoder_input_ids or decoder_inputs_embeds to the decoder.")
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        inputs_embeds = inputs_embeds * self.embed_scale
+        inputs_embeds = self._scaled_embeddings(input_ids, inputs_embeds)
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())  # self- and cross-attention
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         position_ids = torch.arange(
             past_length, past_length + inputs_embeds.shape[1], device=inputs_embeds.device
         )
-        hidden_states = inputs_embeds + self.embed_positions(position_ids).to(inputs_embeds.dtype)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
+        hidden_states = self._add_positions(inputs_embeds, position_ids)
 
         self_attention_cache = (
             past_key_values.self_attention_cache
