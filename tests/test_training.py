@@ -12,7 +12,7 @@ from datasets import Dataset
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from tests.conftest import tiny_config
-from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from vaswani_transformer import VaswaniTransformerForConditionalGeneration, training
 from vaswani_transformer.data import TokenBudgetBatchSampler, load_parallel, tokenize_parallel
 from vaswani_transformer.training import (
     TrainOptions,
@@ -134,7 +134,7 @@ def test_token_budget_batches_in_a_plain_accelerate_loop(letter_tokenizer) -> No
     assert seen == len(tokenized) == 100
 
 
-def test_resume_continues_from_the_last_checkpoint(shared_data: Path, tmp_path: Path) -> None:
+def test_resume_continues_from_the_last_checkpoint(shared_data: Path, tmp_path: Path, monkeypatch) -> None:
     m30k = shared_data / "multi30k"
     common = {
         "output_dir": tmp_path / "run",
@@ -154,6 +154,8 @@ def test_resume_continues_from_the_last_checkpoint(shared_data: Path, tmp_path: 
     }
     train_and_evaluate(TrainOptions(max_steps=4, **common))
     vocabulary = (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_text()
+    # the tokenised corpus is reused from disk, not recomputed
+    monkeypatch.setattr(training, "tokenize_parallel", lambda *args, **kwargs: pytest.fail("re-tokenised"))
     train_and_evaluate(TrainOptions(max_steps=8, resume=True, **common))
     state = json.loads((tmp_path / "run" / "checkpoint-8" / "trainer_state.json").read_text())
     assert state["global_step"] == 8

@@ -1,12 +1,13 @@
 """The paper's training recipe (§5) on Seq2SeqTrainer, and the end-to-end train → average → evaluate job."""
 
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from datasets import Dataset
+from datasets import Dataset, load_from_disk
 from torch.utils.data import DataLoader
 from transformers import (
     AutoModelForSeq2SeqLM,
@@ -20,6 +21,7 @@ from transformers import (
 from .checkpoints import average_checkpoints, find_checkpoints
 from .configuration_vaswani_transformer import VaswaniTransformerConfig
 from .data import (
+    TATOEBA_FILE,
     FilterStats,
     LoadStats,
     TokenBudgetBatchSampler,
@@ -208,6 +210,39 @@ def _tokenizer_for(
     return tokenizer
 
 
+def _training_set_key(options: TrainOptions, tokenizer: PreTrainedTokenizerBase) -> str:
+    """Identifies a tokenised training set: corpus files (path, size, mtime), vocabulary, split and length limit."""
+    parts = [
+        tokenizer.backend_tokenizer.to_str(),
+        str(options.max_length),
+        str(options.test_size),
+        str(options.seed),
+    ]
+    for name in (
+        (options.train_source, options.train_target) if options.train_source else (str(TATOEBA_FILE),)
+    ):
+        path = Path(name) if name else None
+        if path is not None and path.exists():
+            parts += [str(path.resolve()), str(path.stat().st_size), str(path.stat().st_mtime_ns)]
+        else:
+            parts.append(str(name))  # a Hub id, or no target file
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _tokenized_training_set(
+    options: TrainOptions, train: Dataset, tokenizer: PreTrainedTokenizerBase, output_dir: Path
+) -> tuple[Dataset, FilterStats]:
+    """`tokenize_parallel` once per corpus and vocabulary: the result is kept on disk under the run folder."""
+    cache = output_dir / "tokenized" / _training_set_key(options, tokenizer)
+    stats_file = cache / "filter_stats.json"
+    if stats_file.exists():
+        return load_from_disk(str(cache)), FilterStats(**json.loads(stats_file.read_text()))
+    tokenized, stats = tokenize_parallel(train, tokenizer, max_length=options.max_length)
+    tokenized.save_to_disk(str(cache))
+    stats_file.write_text(json.dumps(asdict(stats)))
+    return load_from_disk(str(cache)), stats
+
+
 def _model_for(options: TrainOptions, vocab_size: int) -> VaswaniTransformerForConditionalGeneration:
     """A freshly initialised model of the chosen preset over the trained vocabulary."""
     config = VaswaniTransformerConfig.from_preset(
@@ -268,7 +303,8 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     train, test, load_stats = _load_corpora(options)
     with args.main_process_first(desc="joint BPE vocabulary"):
         tokenizer = _tokenizer_for(options, train, output_dir, is_main_process)
-    tokenized, filter_stats = tokenize_parallel(train, tokenizer, max_length=options.max_length)
+    with args.main_process_first(desc="tokenising"):
+        tokenized, filter_stats = _tokenized_training_set(options, train, tokenizer, output_dir)
     torch.manual_seed(options.seed)
     model = _model_for(options, len(tokenizer))
     trainer = build_trainer(model, tokenizer, tokenized, args, options.max_tokens)
