@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .bleu import moses_tokenize, sacre_bleu, tokenized_bleu
 from .translate import translate
@@ -46,6 +46,14 @@ def score_translations(
     }
 
 
+def load_for_decoding(model_dir: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A saved model (on the GPU when there is one) and its tokenizer, loaded the way a user loads them."""
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    return model, AutoTokenizer.from_pretrained(model_dir)
+
+
 def evaluate_model(
     model_dir: str | Path,
     sources: Sequence[str],
@@ -62,10 +70,7 @@ def evaluate_model(
 ) -> dict:
     """Translate `sources` with a saved model, score them, and write hypotheses.txt and scores.json beside it."""
     model_dir = Path(model_dir)
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if torch.cuda.is_available():
-        model = model.to("cuda")
+    model, tokenizer = load_for_decoding(model_dir)
     hypotheses = translate(
         sources,
         model,

@@ -10,8 +10,6 @@ import torch
 from datasets import Dataset, load_from_disk
 from torch.utils.data import DataLoader
 from transformers import (
-    AutoModelForSeq2SeqLM,
-    AutoTokenizer,
     DataCollatorForSeq2Seq,
     PreTrainedTokenizerBase,
     Seq2SeqTrainer,
@@ -30,7 +28,7 @@ from .data import (
     tokenize_parallel,
     train_test_split_fixed,
 )
-from .evaluation import evaluate_model
+from .evaluation import evaluate_model, load_for_decoding
 from .modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from .plotting import plot_training_curve
 from .tokenization import load_tokenizer, train_bpe
@@ -330,7 +328,6 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
         show_progress=True,
     )
     examples = _translate_examples(model_dir, options.examples)
-    scores["train_seconds"] = train_seconds
     (model_dir / "train_options.json").write_text(json.dumps(asdict(options), default=str, indent=2) + "\n")
     return TrainResult(model_dir, scores, train_seconds, load_stats, filter_stats, examples)
 
@@ -343,7 +340,6 @@ def _read_lines(path: str | None, limit: int) -> list[str] | None:
 
 
 def _translate_examples(model_dir: Path, sentences: tuple[str, ...]) -> dict[str, str]:
-    """Translations of a few sentences by the saved model, loaded the way a user would load it."""
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    """Translations of a few sentences by the saved model."""
+    model, tokenizer = load_for_decoding(model_dir)
     return dict(zip(sentences, translate(list(sentences), model, tokenizer), strict=True))
