@@ -1,7 +1,5 @@
 """The config: paper defaults, presets and their sizes, validation messages."""
 
-import math
-
 import pytest
 import torch
 
@@ -16,7 +14,7 @@ def test_defaults_are_the_paper_base_model() -> None:
     assert config.dropout == 0.1 and config.label_smoothing == 0.1
     assert config.activation_function == "relu" and config.scale_embedding and config.tie_word_embeddings
     assert config.position_embedding_type == "sinusoidal"
-    assert math.isclose(config.init_std, 512**-0.5)
+    assert config.init_scheme == "normal" and config.init_std == 0.02
     # generic HF names
     assert (config.hidden_size, config.num_attention_heads, config.num_hidden_layers) == (512, 8, 6)
 
@@ -52,6 +50,14 @@ def test_preset_parameter_counts(preset: str, d: int, d_ff: int, millions: float
     assert abs(count / 1e6 - millions) < 0.5  # paper: 65M / 213M with their (unpublished exact) vocabulary
 
 
+def test_tiny_preset_is_the_published_multi30k_baseline_size() -> None:
+    """Wu et al. (ACL 2021): d_model 128, 4 + 4 layers, 4 heads, d_ff 256."""
+    config = VaswaniTransformerConfig.from_preset("tiny", vocab_size=8000)
+    assert (config.d_model, config.d_ff, config.num_heads) == (128, 256, 4)
+    assert (config.num_encoder_layers, config.num_decoder_layers) == (4, 4)
+    assert count_parameters(config) == expected_parameters(8000, 128, 256, 4, h=4)
+
+
 def test_big_preset_and_overrides() -> None:
     config = VaswaniTransformerConfig.from_preset("big", vocab_size=1000, dropout=0.1)
     assert (config.d_model, config.d_ff, config.num_heads, config.dropout) == (1024, 4096, 16, 0.1)
@@ -85,6 +91,8 @@ def test_table3_head_presets_keep_computation_constant() -> None:
         ),
         ({"length_penalty_type": "wu"}, "length_penalty_type must be one of ('gnmt', 'hf')"),
         ({"d_k": 0}, "d_k must be a positive integer or None"),
+        ({"init_scheme": "kaiming"}, "init_scheme must be one of ('normal', 'xavier')"),
+        ({"init_std": 0.0}, "init_std must be positive"),
     ],
 )
 def test_bad_values_raise_clear_errors(overrides: dict, message: str) -> None:

@@ -244,10 +244,27 @@ def test_saved_folder_loads_with_remote_code_without_the_package(
     torch.testing.assert_close(torch.load(tmp_path / "logits.pt"), expected, rtol=0, atol=0)
 
 
-def test_initialisation_scales() -> None:
-    """Tied embeddings stay N(0, d_model^-0.5) (not re-initialised as the lm_head Linear); projections Xavier."""
+def test_normal_initialisation_draws_every_projection_and_the_shared_table_from_n_0_002() -> None:
+    """The default ("normal", as transformers' Marian/BART): N(0, init_std) everywhere, pad row zero, biases 0."""
     torch.manual_seed(0)
-    config = tiny_config(vocab_size=4000, d_model=64)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=4000, d_model=64, d_ff=256))
+    embeddings = model.model.encoder.embed_tokens.weight
+    assert embeddings[1:].std().item() == pytest.approx(0.02, rel=0.05)
+    assert embeddings[0].abs().max() == 0  # padding row
+    layer = model.model.decoder.layers[0]
+    for weight in (
+        layer.self_attn.q_proj.weight,
+        layer.encoder_attn.out_proj.weight,
+        layer.feed_forward.fc2.weight,
+    ):
+        assert weight.mean().abs().item() < 0.002 and weight.std().item() == pytest.approx(0.02, rel=0.1)
+    assert layer.feed_forward.fc1.bias.abs().max() == 0
+
+
+def test_xavier_initialisation_is_fairseqs() -> None:
+    """init_scheme="xavier": tied embeddings N(0, d_model^-0.5) (not re-initialised as the lm_head Linear)."""
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=4000, d_model=64, init_scheme="xavier")
     model = VaswaniTransformerForConditionalGeneration(config)
     embeddings = model.model.encoder.embed_tokens.weight
     assert embeddings[1:].std().item() == pytest.approx(64**-0.5, rel=0.05)

@@ -11,6 +11,9 @@ from transformers import PreTrainedConfig
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 LENGTH_PENALTY_TYPES = ("gnmt", "hf")
 ACTIVATIONS = ("relu", "gelu")
+# "normal": every projection and embedding N(0, init_std), as transformers initialises Marian and BART.
+# "xavier": Xavier-uniform projections and N(0, d_model^-0.5) embeddings, as fairseq and tensor2tensor do.
+INIT_SCHEMES = ("normal", "xavier")
 
 # Named rows of the paper's Table 3 (all other values are the base model's).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -26,7 +29,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "base-dk32": {"d_k": 32},
     # Row (E): learned positional embeddings instead of sinusoids.
     "base-learned-positions": {"position_embedding_type": "learned"},
-    # Not in the paper: a CPU-sized model for demos and the embedded Tatoeba job.
+    # Not in the paper: CPU-sized models. `tiny` is the size of the published text-only Multi30k baseline
+    # (Wu et al., ACL 2021); `small` sits between it and base.
+    "tiny": {"d_model": 128, "d_ff": 256, "num_heads": 4, "num_encoder_layers": 4, "num_decoder_layers": 4},
     "small": {"d_model": 256, "d_ff": 1024, "num_heads": 4, "num_encoder_layers": 3, "num_decoder_layers": 3},
 }
 
@@ -38,6 +43,13 @@ class VaswaniTransformerConfig(PreTrainedConfig):
     Field names follow the paper (§3, §5.4): `d_model`, `d_ff`, `num_heads` (h), `d_k`/`d_v` (None means
     d_model / h), N layers per stack, residual `dropout` (P_drop), `label_smoothing` (ε_ls). One BPE vocabulary
     is shared by source and target and tied to the pre-softmax projection (§3.4).
+
+    Initialisation is not fixed by the paper. `init_scheme="normal"` (the default) draws every projection and
+    the shared embedding from N(0, `init_std`), as transformers does for Marian and BART; `"xavier"` is fairseq's
+    and tensor2tensor's Xavier-uniform projections with N(0, d_model^-0.5) embeddings. With the paper's post-norm
+    layers, "xavier" starts a 6-layer encoder with nearly identical outputs at every position, and base models
+    collapse with it at learning rates the paper's schedule reaches on small corpora; `benchmarks/RESULTS.md`
+    ("Initialisation") has the measurements.
 
     Decoding (§6.1): `length_penalty_type="gnmt"` makes `generate(length_penalty=α)` divide beam scores by
     ((5 + |Y|) / 6)^α as in the paper (Wu et al., 2016), instead of transformers' |Y|^α (`"hf"`);
@@ -70,7 +82,8 @@ class VaswaniTransformerConfig(PreTrainedConfig):
     max_position_embeddings: int = 1024
     scale_embedding: bool = True
     layer_norm_eps: float = 1e-6
-    init_std: float | None = None
+    init_scheme: str = "normal"
+    init_std: float = 0.02
     length_penalty_type: str = "gnmt"
     max_length_offset: int = 50
     pad_token_id: int | None = 0
@@ -82,9 +95,6 @@ class VaswaniTransformerConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs: Any) -> None:
-        if self.init_std is None:
-            # §3.4: embeddings are multiplied by sqrt(d_model), so they start at N(0, d_model^-0.5).
-            self.init_std = self.d_model**-0.5
         self._check_sizes()
         self._check_probabilities()
         self._check_choices()
@@ -150,13 +160,16 @@ class VaswaniTransformerConfig(PreTrainedConfig):
             "position_embedding_type": POSITION_EMBEDDING_TYPES,
             "length_penalty_type": LENGTH_PENALTY_TYPES,
             "activation_function": ACTIVATIONS,
+            "init_scheme": INIT_SCHEMES,
         }
         for name, allowed in choices.items():
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
+        if not self.init_std > 0:
+            raise ValueError(f"init_std must be positive, got {self.init_std}.")
         if self.max_length_offset < 0:
             raise ValueError(f"max_length_offset must be >= 0, got {self.max_length_offset}.")
 
 
-__all__ = ["PRESETS", "VaswaniTransformerConfig"]
+__all__ = ["INIT_SCHEMES", "PRESETS", "VaswaniTransformerConfig"]

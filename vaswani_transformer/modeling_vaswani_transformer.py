@@ -283,18 +283,29 @@ class VaswaniTransformerPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """Xavier-uniform projections and N(0, d_model^-0.5) embeddings, as tensor2tensor and fairseq do.
+        """Projections and the shared embedding by `config.init_scheme`; LayerNorm to identity; biases to zero.
 
-        This is what lets a post-norm stack train from scratch at base and big size with the paper's schedule.
+        Why "normal" is the default: with N(0, 0.02) every residual branch starts at 0.15-0.3 times the size of
+        its input (base), so each post-norm layer LayerNorm(x + Sublayer(x)) starts close to the identity and
+        the encoder's outputs at different positions stay distinct. "xavier" starts every branch at 0.6-1.0
+        times its input; each layer then mixes the sentence average into every position, and after 6 layers
+        the encoder's outputs are nearly the same vector everywhere (cosine 0.96), which training at the
+        learning rates of small-corpus recipes turns into collapse. Measurements: benchmarks/RESULTS.md.
         """
+        xavier = self.config.init_scheme == "xavier"
         if isinstance(module, VaswaniTransformerSinusoidalPositionalEncoding):
             init.copy_(module.inv_freq, module.compute_inv_freq(module.d_model))
         elif isinstance(module, nn.Linear):
-            init.xavier_uniform_(module.weight)
+            if xavier:
+                init.xavier_uniform_(module.weight)
+            else:
+                init.normal_(module.weight, mean=0.0, std=self.config.init_std)
             if module.bias is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+            # fairseq / tensor2tensor: N(0, d_model^-0.5), so that the sqrt(d_model)-scaled input has std 1.
+            std = self.config.d_model**-0.5 if xavier else self.config.init_std
+            init.normal_(module.weight, mean=0.0, std=std)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
                 init.zeros_(module.weight[module.padding_idx])
         elif isinstance(module, nn.LayerNorm):
