@@ -1,19 +1,24 @@
-"""Decoding with the paper's settings (§6.1) and BLEU scoring of a saved model."""
+"""Decoding with the model's generation config (the paper's §6.1 settings) and BLEU scoring."""
 
+import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    EvalPrediction,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from .bleu import moses_tokenize, sacre_bleu, tokenized_bleu
+from .monitoring import is_degenerate
+from .tokenization import lowercases
 from .translate import translate
-
-# §6.1: beam search with a beam size of 4 and length penalty α = 0.6; output limit = input length + 50
-# (the model's `max_length_offset`).
-PAPER_NUM_BEAMS = 4
-PAPER_LENGTH_PENALTY = 0.6
 
 
 def score_translations(
@@ -23,18 +28,21 @@ def score_translations(
     target_lang: str,
     references_tokenized: Sequence[str] | None = None,
     tokenized_lowercase: bool = True,
+    sacrebleu_lowercase: bool = False,
     split_compounds: bool = False,
 ) -> dict:
     """sacreBLEU on detokenised text, and tokenised BLEU comparable to published numbers.
 
     Tokenised BLEU is against `references_tokenized` when given (e.g. Multi30k's official lc.norm.tok files),
-    otherwise against the references run through the same Moses pipeline as the hypotheses.
+    otherwise against the references run through the same Moses pipeline as the hypotheses. A model trained on
+    lowercased text is scored with `sacrebleu_lowercase` (signature `case:lc`): against cased references it
+    would lose every capital letter.
     """
     hypotheses, references = list(hypotheses), list(references)
     if references_tokenized is None:
         references_tokenized = moses_tokenize(references, target_lang, lowercase=tokenized_lowercase)
     return {
-        "sacrebleu": sacre_bleu(hypotheses, references),
+        "sacrebleu": sacre_bleu(hypotheses, references, lowercase=sacrebleu_lowercase),
         "tokenized_bleu": tokenized_bleu(
             hypotheses,
             list(references_tokenized),
@@ -54,47 +62,108 @@ def load_for_decoding(model_dir: str | Path) -> tuple[PreTrainedModel, PreTraine
     return model, AutoTokenizer.from_pretrained(model_dir)
 
 
-def evaluate_model(
-    model_dir: str | Path,
+def decoding_settings(model: PreTrainedModel, **overrides: Any) -> dict[str, Any]:
+    """What `generate` will use: the model's generation config with `overrides`, as recorded in scores.json."""
+    config = copy.deepcopy(model.generation_config)
+    config.update(**overrides)
+    settings: dict[str, Any] = {"num_beams": config.num_beams or 1, "do_sample": bool(config.do_sample)}
+    if settings["num_beams"] > 1:  # the length penalty and early stopping only act in beam search
+        settings["length_penalty"] = config.length_penalty
+        settings["length_penalty_type"] = getattr(model.config, "length_penalty_type", "hf")
+        settings["early_stopping"] = config.early_stopping
+    if config.max_new_tokens is not None:
+        settings["max_new_tokens"] = config.max_new_tokens
+    elif config.max_length is not None:
+        settings["max_length"] = config.max_length
+    elif hasattr(model.config, "max_length_offset"):
+        settings["max_new_tokens"] = f"longest source in the batch + {model.config.max_length_offset}"
+    return settings
+
+
+def translate_and_score(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     sources: Sequence[str],
     references: Sequence[str],
     *,
     target_lang: str,
     references_tokenized: Sequence[str] | None = None,
-    tokenized_lowercase: bool = True,
     split_compounds: bool = False,
     batch_size: int = 128,
-    num_beams: int = PAPER_NUM_BEAMS,
-    length_penalty: float = PAPER_LENGTH_PENALTY,
     show_progress: bool = False,
-) -> dict:
-    """Translate `sources` with a saved model, score them, and write hypotheses.txt and scores.json beside it."""
-    model_dir = Path(model_dir)
-    model, tokenizer = load_for_decoding(model_dir)
+    **generate_overrides: Any,
+) -> tuple[list[str], dict]:
+    """Translate `sources` (the model's decoding settings, with overrides) and score them against references.
+
+    Both BLEU scores are case-sensitive, as published WMT results are, unless the tokenizer lowercases (as for
+    Multi30k, whose published scores are lowercased): then both are lowercased.
+    """
+    lowercase = lowercases(tokenizer)
     hypotheses = translate(
-        sources,
-        model,
-        tokenizer,
-        batch_size=batch_size,
-        show_progress=show_progress,
-        num_beams=num_beams,
-        # length_penalty only applies to beam search; transformers warns when it is given for greedy decoding
-        **({"length_penalty": length_penalty} if num_beams > 1 else {}),
+        sources, model, tokenizer, batch_size=batch_size, show_progress=show_progress, **generate_overrides
     )
     scores = score_translations(
         hypotheses,
         references,
         target_lang=target_lang,
         references_tokenized=references_tokenized,
-        tokenized_lowercase=tokenized_lowercase,
+        tokenized_lowercase=lowercase,
+        sacrebleu_lowercase=lowercase,
         split_compounds=split_compounds,
     )
-    scores["decoding"] = {
-        "num_beams": num_beams,
-        "length_penalty": length_penalty,
-        "length_penalty_type": model.config.length_penalty_type,
-        "max_length_offset": model.config.max_length_offset,
-    }
-    (model_dir / "hypotheses.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-    (model_dir / "scores.json").write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+    scores["decoding"] = decoding_settings(model, **generate_overrides)
+    return hypotheses, scores
+
+
+def write_scores(folder: Path, hypotheses: Sequence[str], scores: dict, *, name: str = "") -> Path:
+    """Write `{name}hypotheses.txt` and `{name}scores.json` into `folder`; returns the scores file."""
+    (folder / f"{name}hypotheses.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    path = folder / f"{name}scores.json"
+    path.write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def evaluate_model(
+    model_dir: str | Path,
+    sources: Sequence[str],
+    references: Sequence[str],
+    *,
+    target_lang: str,
+    show_progress: bool = False,
+    **options: Any,
+) -> dict:
+    """Translate `sources` with a saved model, score them, and write hypotheses.txt and scores.json beside it.
+
+    `options` are those of `translate_and_score`: scoring options and `generate` overrides.
+    """
+    model, tokenizer = load_for_decoding(model_dir)
+    hypotheses, scores = translate_and_score(
+        model, tokenizer, sources, references, target_lang=target_lang, show_progress=show_progress, **options
+    )
+    write_scores(Path(model_dir), hypotheses, scores)
     return scores
+
+
+def dev_metrics(tokenizer: PreTrainedTokenizerBase) -> Callable[[EvalPrediction], dict[str, float]]:
+    """`compute_metrics` for greedy dev decoding during training: BLEU, and the shares of degenerate and of
+    distinct translations (what `monitoring.HealthCheck` reads).
+
+    References are the decoded labels (the tokenizer's normalised text), so this tracks progress; the reported
+    scores come from `translate_and_score` on raw references.
+    """
+    lowercase = lowercases(tokenizer)
+
+    def decode(ids: Any) -> list[str]:
+        ids = ids.copy()
+        ids[ids < 0] = tokenizer.pad_token_id
+        return [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
+
+    def compute(prediction: EvalPrediction) -> dict[str, float]:
+        hypotheses, references = decode(prediction.predictions), decode(prediction.label_ids)
+        return {
+            "bleu": sacre_bleu(hypotheses, references, lowercase=lowercase)["score"],
+            "degenerate": sum(map(is_degenerate, hypotheses)) / len(hypotheses),
+            "distinct": len(set(hypotheses)) / len(hypotheses),
+        }
+
+    return compute

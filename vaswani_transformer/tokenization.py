@@ -98,3 +98,9 @@ def train_bpe(
 def load_tokenizer(path_or_hub_id: str) -> PreTrainedTokenizerFast:
     """Load a tokenizer saved with `save_pretrained` from a folder or the Hub."""
     return AutoTokenizer.from_pretrained(path_or_hub_id)
+
+
+def lowercases(tokenizer: PreTrainedTokenizerFast) -> bool:
+    """Whether the tokenizer lowercases its input (then its model is scored case-insensitively)."""
+    normalizer = tokenizer.backend_tokenizer.normalizer
+    return normalizer is not None and normalizer.normalize_str("A") == "a"
