@@ -1,7 +1,9 @@
-r"""Translate a test set with a saved model using the paper's decoding (§6.1) and report BLEU.
+r"""Translate a test set with a saved model and report BLEU.
 
-Beam 4, GNMT length penalty α = 0.6, max output length = input length + 50; batched and length-sorted.
-Writes hypotheses.txt and scores.json next to the model.
+Decoding follows the model's generation config (this package: the paper's §6.1 beam 4, GNMT length penalty
+α = 0.6, max output length = input length + 50), batched and length-sorted; --num-beams and --length-penalty
+override it. BLEU is case-sensitive unless the model's tokenizer lowercases. Writes hypotheses.txt and
+scores.json (with the decoding settings used) next to the model.
 
     python scripts/evaluate_model.py runs/tatoeba-en-de/final --source test.en --references test.de
 
@@ -11,9 +13,9 @@ Multi30k test_2016_flickr, lowercased tokenised BLEU comparable to published num
         --references-tokenized ../shared/data/multi30k-tok/test_2016_flickr.lc.norm.tok.de
 
 WMT14 newstest2014 (cased, compound-split tokenised BLEU as in the paper):
-    python scripts/evaluate_model.py runs/wmt14/final \
+    python scripts/evaluate_model.py runs/wmt14-base/final \
         --source ../shared/data/wmt14-newstest/newstest2014.sacrebleu.en \
-        --references ../shared/data/wmt14-newstest/newstest2014.sacrebleu.de --cased --split-compounds
+        --references ../shared/data/wmt14-newstest/newstest2014.sacrebleu.de --split-compounds
 """
 
 import argparse
@@ -21,7 +23,7 @@ import json
 from pathlib import Path
 
 import vaswani_transformer  # noqa: F401  (registers the model with the Auto classes)
-from vaswani_transformer.evaluation import PAPER_LENGTH_PENALTY, PAPER_NUM_BEAMS, evaluate_model
+from vaswani_transformer.evaluation import evaluate_model
 
 
 def read_lines(path: Path | None) -> list[str] | None:
@@ -41,10 +43,9 @@ def parse_args() -> argparse.Namespace:
         "--references-tokenized", type=Path, help="tokenised references (e.g. Multi30k lc.norm.tok)"
     )
     parser.add_argument("--target-lang", default="de", help="target language for Moses tokenisation")
-    parser.add_argument("--cased", action="store_true", help="case-sensitive tokenised BLEU (WMT)")
     parser.add_argument("--split-compounds", action="store_true", help="WMT14 ##AT## compound splitting")
-    parser.add_argument("--num-beams", type=int, default=PAPER_NUM_BEAMS)
-    parser.add_argument("--length-penalty", type=float, default=PAPER_LENGTH_PENALTY)
+    parser.add_argument("--num-beams", type=int, help="beam size (default: the model's generation config, 4)")
+    parser.add_argument("--length-penalty", type=float, help="GNMT α (default: the model's, 0.6)")
     parser.add_argument("--batch-size", type=int, default=128, help="sentences per decoding batch")
     return parser.parse_args()
 
@@ -63,12 +64,14 @@ def main() -> None:
         references,
         target_lang=args.target_lang,
         references_tokenized=read_lines(args.references_tokenized),
-        tokenized_lowercase=not args.cased,
         split_compounds=args.split_compounds,
         batch_size=args.batch_size,
-        num_beams=args.num_beams,
-        length_penalty=args.length_penalty,
         show_progress=True,
+        **{
+            name: value
+            for name in ("num_beams", "length_penalty")
+            if (value := getattr(args, name)) is not None
+        },
     )
     print(json.dumps(scores, indent=2))
     print(

@@ -1,0 +1,193 @@
+"""The end-to-end job: recipe → data → BPE → training → final model → dev/test scores, resume, two processes."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from vaswani_transformer import VaswaniTransformerForConditionalGeneration, experiment
+from vaswani_transformer.data import TokenBudgetBatchSampler, load_parallel, tokenize_parallel
+from vaswani_transformer.experiment import TrainOptions, train_and_evaluate
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = {"d_model": 32, "d_ff": 64, "num_encoder_layers": 1, "num_decoder_layers": 1}
+
+
+def first_lines(path: Path, count: int, destination: Path) -> str:
+    destination.write_text("".join(path.open(encoding="utf-8").readlines()[:count]), encoding="utf-8")
+    return str(destination)
+
+
+def test_multi30k_recipe_in_miniature(shared_data: Path, tmp_path: Path, caplog) -> None:
+    """The multi30k recipe on 400 real pairs: dev BLEU while training, averaged checkpoints, lowercased scores."""
+    m30k = shared_data / "multi30k"
+    options = TrainOptions.from_recipe(
+        "multi30k",
+        data_dir=shared_data,
+        output_dir=tmp_path / "run",
+        train_source=first_lines(m30k / "train.en", 400, tmp_path / "train.en"),
+        train_target=first_lines(m30k / "train.de", 400, tmp_path / "train.de"),
+        dev_source=first_lines(m30k / "val.en", 12, tmp_path / "val.en"),
+        dev_target=first_lines(m30k / "val.de", 12, tmp_path / "val.de"),
+        max_test_sentences=20,
+        config_overrides=TINY,
+        vocab_size=500,
+        max_tokens=1024,
+        max_steps=24,
+        warmup_steps=8,
+        save_steps=8,
+        eval_steps=8,
+        average_last=3,
+        logging_steps=4,
+        num_beams=2,
+        examples=["A dog runs."],
+    )
+    caplog.set_level("INFO")
+    result = train_and_evaluate(options)
+    run = tmp_path / "run"
+    # summaries are logged as they are computed, before training
+    messages = [record.getMessage() for record in caplog.records]
+    first_progress = next(i for i, message in enumerate(messages) if message.startswith("step 4/24"))
+    assert any("kept 400" in message for message in messages[:first_progress])
+    assert any(message.startswith("tokenised 400 pairs") for message in messages[:first_progress])
+    state = json.loads((run / "checkpoint-24" / "trainer_state.json").read_text())
+    losses = [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+    assert losses[-1] < losses[0]
+    assert [entry["step"] for entry in state["log_history"] if "eval_bleu" in entry] == [8, 16, 24]
+    model_dir = result.model_dir
+    assert len((model_dir / "hypotheses.txt").read_text(encoding="utf-8").splitlines()) == 20
+    scores = json.loads((model_dir / "scores.json").read_text())
+    assert "case:lc" in scores["sacrebleu"]["signature"]  # a lowercased model is scored lowercased
+    assert scores["tokenized_bleu"]["ref_len"] > 0 and scores["num_sentences"] == 20
+    assert scores["decoding"] == {
+        "num_beams": 2,
+        "do_sample": False,
+        "length_penalty": 0.6,
+        "length_penalty_type": "gnmt",
+        "early_stopping": True,
+        "max_new_tokens": "longest source in the batch + 50",
+    }
+    assert json.loads((model_dir / "dev_scores.json").read_text())["num_sentences"] == 12
+    assert result.dev_scores["num_sentences"] == 12
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    assert isinstance(model, VaswaniTransformerForConditionalGeneration)
+    assert len(tokenizer) == model.config.vocab_size
+    assert model.generation_config.max_length is None  # dev decoding left "input + 50" in place
+    # the final model is the mean of the last 3 checkpoints (§6.1 checkpoint averaging)
+    checkpoints = [run / f"checkpoint-{step}" for step in (8, 16, 24)]
+    weights = [AutoModelForSeq2SeqLM.from_pretrained(c).lm_head.weight for c in checkpoints]
+    torch.testing.assert_close(model.lm_head.weight, torch.stack(weights).mean(0))
+    assert list(result.example_translations) == ["A dog runs."]
+    assert (model_dir / "training_curve.png").read_bytes().startswith(b"\x89PNG")
+    saved_options = json.loads((model_dir / "train_options.json").read_text())
+    assert saved_options["recipe"] == "multi30k" and saved_options["max_steps"] == 24
+    # the evaluation CLI, as a user runs it (a script named like a library it imports would shadow it)
+    command = [sys.executable, "scripts/evaluate_model.py", str(model_dir), "--num-beams", "1"]
+    command += ["--source", options.test_source, "--references", options.test_target]
+    completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=True)
+    assert "sacreBLEU" in completed.stdout
+    assert json.loads((model_dir / "scores.json").read_text())["decoding"]["num_beams"] == 1
+
+
+def test_final_model_best_is_the_best_dev_checkpoint(shared_data: Path, tmp_path: Path) -> None:
+    m30k = shared_data / "multi30k"
+    options = TrainOptions(
+        output_dir=tmp_path / "run",
+        train_source=first_lines(m30k / "train.en", 200, tmp_path / "train.en"),
+        train_target=first_lines(m30k / "train.de", 200, tmp_path / "train.de"),
+        test_source=first_lines(m30k / "val.en", 5, tmp_path / "test.en"),
+        test_target=first_lines(m30k / "val.de", 5, tmp_path / "test.de"),
+        dev_size=10,
+        config_overrides=TINY,
+        vocab_size=300,
+        max_tokens=512,
+        max_steps=9,
+        warmup_steps=3,
+        save_steps=3,
+        eval_steps=3,
+        average_last=1,
+        final_model="best",
+        num_beams=1,
+        examples=[],
+    )
+    result = train_and_evaluate(options)
+    state = json.loads((tmp_path / "run" / "checkpoint-9" / "trainer_state.json").read_text())
+    best_step = state["best_global_step"]
+    best = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "run" / f"checkpoint-{best_step}")
+    final = AutoModelForSeq2SeqLM.from_pretrained(result.model_dir)
+    torch.testing.assert_close(final.lm_head.weight, best.lm_head.weight)
+
+
+def test_resume_continues_from_the_last_checkpoint(shared_data: Path, tmp_path: Path, monkeypatch) -> None:
+    m30k = shared_data / "multi30k"
+    common = {
+        "output_dir": tmp_path / "run",
+        "train_source": first_lines(m30k / "train.en", 200, tmp_path / "train.en"),
+        "train_target": first_lines(m30k / "train.de", 200, tmp_path / "train.de"),
+        "test_source": first_lines(m30k / "val.en", 5, tmp_path / "val.en"),
+        "test_target": first_lines(m30k / "val.de", 5, tmp_path / "val.de"),
+        "config_overrides": TINY,
+        "vocab_size": 300,
+        "max_tokens": 512,
+        "warmup_steps": 4,
+        "save_steps": 4,
+        "average_last": 1,
+        "logging_steps": 2,
+        "num_beams": 1,
+        "examples": [],
+    }
+    train_and_evaluate(TrainOptions(max_steps=4, **common))
+    vocabulary = (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_text()
+    # the tokenised corpus is reused from disk, not recomputed
+    monkeypatch.setattr(experiment, "tokenize_parallel", lambda *args, **kwargs: pytest.fail("re-tokenised"))
+    train_and_evaluate(TrainOptions(max_steps=8, resume=True, **common))
+    state = json.loads((tmp_path / "run" / "checkpoint-8" / "trainer_state.json").read_text())
+    assert state["global_step"] == 8
+    first_logged_step = min(entry["step"] for entry in state["log_history"] if "loss" in entry)
+    assert first_logged_step == 2  # history carried over from the first run, not restarted
+    assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_text() == vocabulary
+
+
+def test_two_process_distributed_training(shared_data: Path, tmp_path: Path) -> None:
+    """2 processes (torchrun, gloo DDP on CPU; `accelerate launch --multi_gpu` on GPUs): one vocabulary, sharded
+    token batches, one report."""
+    m30k = shared_data / "multi30k"
+    files = {
+        "--train_source": first_lines(m30k / "train.en", 300, tmp_path / "train.en"),
+        "--train_target": first_lines(m30k / "train.de", 300, tmp_path / "train.de"),
+        "--test_source": first_lines(m30k / "val.en", 10, tmp_path / "val.en"),
+        "--test_target": first_lines(m30k / "val.de", 10, tmp_path / "val.de"),
+    }
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "scripts/train.py"]
+    arguments = [item for pair in files.items() for item in pair]
+    arguments += ["--vocab_size", "400", "--max_tokens", "512", "--max_steps", "6", "--save_steps", "3"]
+    arguments += ["--average_last", "2", "--warmup_steps", "2", "--num_beams", "1", "--dev_size", "0"]
+    arguments += [
+        "--eval_steps",
+        "0",
+        "--config_overrides",
+        json.dumps(TINY),
+        "--output_dir",
+        str(tmp_path / "run"),
+    ]
+    completed = subprocess.run(launch + arguments, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.count("test sacreBLEU") == 1  # only the main process evaluates and reports
+    state = json.loads((tmp_path / "run" / "checkpoint-6" / "trainer_state.json").read_text())
+    batches = len(
+        TokenBudgetBatchSampler.from_dataset(
+            tokenize_parallel(
+                load_parallel(files["--train_source"], files["--train_target"])[0],
+                AutoTokenizer.from_pretrained(tmp_path / "run" / "tokenizer"),
+            )[0],
+            512,
+        )
+    )
+    assert state["global_step"] == 6
+    assert state["log_history"][-1]["epoch"] == pytest.approx(6 / math.ceil(batches / 2))  # 2 batches a step

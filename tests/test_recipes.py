@@ -1,0 +1,94 @@
+"""Recipes and the train command's options: one name per setting, recipes as defaults, flags on top."""
+
+from pathlib import Path
+
+import pytest
+
+from vaswani_transformer.cli.train import main, parse_options
+from vaswani_transformer.experiment import TrainOptions, option_names
+from vaswani_transformer.recipes import available_recipes, load_recipe
+
+
+def test_the_four_recipes_ship_and_load_into_options() -> None:
+    assert {"tatoeba", "multi30k", "wmt14-base", "wmt14-big"} <= set(available_recipes())
+    for name in available_recipes():
+        for cuda in (False, True):
+            options = TrainOptions(**load_recipe(name, allowed=option_names(), cuda=cuda))
+            assert options.model_config().vocab_size == options.vocab_size
+
+
+def test_recipe_paths_start_at_data_dir() -> None:
+    options = TrainOptions.from_recipe("multi30k", data_dir=Path("/data"))
+    assert options.train_source == "/data/multi30k/train.en"
+    assert options.test_references_tokenized == "/data/multi30k-tok/test_2016_flickr.lc.norm.tok.de"
+    assert options.recipe == "multi30k" and options.lowercase
+
+
+def test_the_cuda_section_applies_only_with_a_gpu() -> None:
+    cpu = load_recipe("tatoeba", allowed=option_names(), cuda=False)
+    gpu = load_recipe("tatoeba", allowed=option_names(), cuda=True)
+    assert cpu["preset"] != gpu["preset"] and cpu["max_tokens"] < gpu["max_tokens"]
+    assert cpu["test_size"] == gpu["test_size"]  # what the section does not name stays
+
+
+def test_without_a_recipe_flag_the_main_job_runs() -> None:
+    options = parse_options([])
+    assert options.recipe == "tatoeba" and options.train_source is None  # the embedded corpus
+    assert options.max_steps == load_recipe("tatoeba", allowed=option_names())["max_steps"]
+
+
+def test_flags_override_the_recipe_and_take_dashes_or_underscores() -> None:
+    options = parse_options(
+        ["--recipe", "multi30k", "--max-steps", "7", "--preset", "small", "--no_health_checks"]
+    )
+    assert (options.max_steps, options.preset, options.health_checks) == (7, "small", False)
+    assert options.lowercase and options.vocab_size == 8000  # the rest is the recipe's
+
+
+def test_config_overrides_are_json_on_the_command_line() -> None:
+    options = parse_options(["--config_overrides", '{"init_scheme": "xavier", "num_encoder_layers": 2}'])
+    config = options.model_config()
+    assert config.init_scheme == "xavier" and config.num_encoder_layers == 2
+
+
+def test_help_lists_the_recipes_and_shows_their_values(capsys) -> None:
+    with pytest.raises(SystemExit):
+        parse_options(["--recipe", "multi30k", "--help"])
+    text = capsys.readouterr().out
+    assert "recipes: multi30k, tatoeba, wmt14-base, wmt14-big" in text
+    assert "{data_dir}/multi30k/train.en" in text  # the recipe's value is the shown default
+
+
+def test_a_recipe_with_an_unknown_setting_is_refused(tmp_path: Path) -> None:
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("preset: tiny\nwarmup: 100\n")
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['warmup'\]"):
+        parse_options(["--recipe", str(recipe)])
+    with pytest.raises(ValueError, match="unknown recipe 'wmt16'.*'multi30k'"):
+        parse_options(["--recipe", "wmt16"])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--max_steps", "0"], "--max_steps must be at least 1, got 0"),
+        (["--warmup_steps", "0"], "--warmup_steps must be at least 1"),
+        (["--gradient_accumulation_steps", "0"], "--gradient_accumulation_steps must be at least 1"),
+        (["--num_beams", "0"], "--num_beams must be at least 1"),
+        (["--lr_scale", "-1"], "--lr_scale must be positive"),
+        (["--dropout", "0.3", "--config_overrides", '{"dropout": 0.1}'], "dropout is given twice"),
+        (["--config_overrides", '{"init_scheme": "he"}'], "init_scheme must be one of"),
+        (["--final_model", "best", "--eval_steps", "0"], "--final_model best needs dev evaluations"),
+        (["--dev_size", "0", "--eval_steps", "100"], "--eval_steps needs a dev set"),
+        (["--train_source", "x.en", "--train_target", "x.de"], "--test_source is required"),
+    ],
+)
+def test_bad_options_stop_before_training_with_status_2(arguments, message, capsys) -> None:
+    assert main(arguments) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_recipe_data_names_the_file_and_data_dir(tmp_path: Path, capsys) -> None:
+    assert main(["--recipe", "multi30k", "--data_dir", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert f"--train_source {tmp_path}/multi30k/train.en: no such file" in error and "--data_dir" in error

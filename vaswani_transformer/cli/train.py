@@ -1,0 +1,86 @@
+r"""Train the paper's Transformer, build the final model, and report BLEU on a held-out test set.
+
+Every flag is a setting of `TrainOptions` and a key of the recipe files (`--max_steps` or `--max-steps`). A
+recipe sets the defaults for one job; flags given after it override them. Without --recipe the `tatoeba`
+recipe runs: a model on the embedded Tatoeba English-German corpus, sized for a CPU (bigger on a CUDA GPU).
+
+    python scripts/train.py                                   # the main job (recipe tatoeba)
+    python scripts/train.py --recipe multi30k                 # Multi30k En-De from ../shared/data
+    python scripts/train.py --recipe multi30k --data_dir DIR  # ... from DIR/multi30k, DIR/multi30k-tok
+    python scripts/train.py --recipe multi30k --preset base --lr_scale 0.7 --output_dir runs/m30k-base
+    accelerate launch --multi_gpu --num_processes 8 scripts/train.py --recipe wmt14-base
+
+Exit status: 0 on success, 2 for bad options or inputs (before any training), 3 when training diverged or
+collapsed (the message says what to change; nothing is scored).
+"""
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from transformers import HfArgumentParser
+
+from ..experiment import TrainOptions, check_inputs, option_names, train_and_evaluate
+from ..monitoring import TrainingFailure
+from ..recipes import available_recipes, load_recipe
+
+DEFAULT_RECIPE = "tatoeba"
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keeps the docstring's layout and shows every default (the recipe's, when one is given)."""
+
+
+def parse_options(argv: Sequence[str] | None = None) -> TrainOptions:
+    """Options from the command line: the recipe's values as defaults, given flags on top."""
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--recipe", default=DEFAULT_RECIPE)
+    recipe = first.parse_known_args(argv)[0].recipe
+    parser = HfArgumentParser(TrainOptions, description=__doc__, formatter_class=HelpFormatter)
+    parser.epilog = f"recipes: {', '.join(available_recipes())} (vaswani_transformer/recipes/*.yaml)"
+    parser.set_defaults(**load_recipe(recipe, allowed=option_names()), recipe=recipe)
+    (options,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
+    return options
+
+
+def _report(result) -> None:
+    """The scores, examples and where the model is, on stdout."""
+    scores = result.scores
+    print(f"trained in {result.train_seconds / 60:.1f} min")
+    if result.dev_scores is not None:
+        print(f"dev sacreBLEU: {result.dev_scores['sacrebleu']['score']:.2f}")
+    print(f"test sacreBLEU: {scores['sacrebleu']['score']:.2f}  ({scores['sacrebleu']['signature']})")
+    print(f"test tokenised BLEU: {scores['tokenized_bleu']['score']:.2f}")
+    for source, translation in result.example_translations.items():
+        print(f"  {source}  ->  {translation}")
+    print(json.dumps({"model_dir": str(result.model_dir), "scores": str(result.model_dir / "scores.json")}))
+    print(
+        f"model saved to {result.model_dir}: AutoModelForSeq2SeqLM / AutoTokenizer.from_pretrained(...) after "
+        "`import vaswani_transformer`, or with trust_remote_code=True"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, train, evaluate, report; returns the exit status."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        options = parse_options(argv)
+        check_inputs(options)
+    except (ValueError, FileNotFoundError) as error:  # bad options or inputs: nothing has run yet
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    logging.getLogger(__name__).info(f"recipe {options.recipe}; run folder {options.output_dir}")
+    try:
+        result = train_and_evaluate(options)
+    except TrainingFailure as failure:
+        print(f"error: {failure}", file=sys.stderr)
+        return 3
+    if result is not None:  # None: not the main process of a multi-process run
+        _report(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,570 @@
+"""The end-to-end job: corpora → joint BPE → training with the paper's recipe → final model → BLEU → examples.
+
+`TrainOptions` holds every setting of the job under one name: its field, its command-line flag (`--max_steps`,
+also `--max-steps`) and its key in a recipe file (`recipes/*.yaml`). The field defaults are the paper's base
+model on WMT14 (§5); a recipe replaces those defaults for one job, and flags override the recipe.
+"""
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from datasets import Dataset, load_from_disk
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, Seq2SeqTrainingArguments, TrainerCallback
+
+from .checkpoints import average_checkpoints, find_checkpoints
+from .configuration_vaswani_transformer import PRESETS, VaswaniTransformerConfig
+from .data import (
+    TATOEBA_FILE,
+    FilterStats,
+    LoadStats,
+    load_parallel,
+    load_tatoeba,
+    tokenize_parallel,
+    train_test_split_fixed,
+)
+from .evaluation import dev_metrics, load_for_decoding, translate_and_score, write_scores
+from .modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from .monitoring import (
+    HealthCheck,
+    TrainingCollapsed,
+    TrainingProgress,
+    collapse_check_step,
+    translation_symptom,
+    unigram_loss,
+)
+from .plotting import plot_training_curve
+from .recipes import available_recipes, load_recipe
+from .tokenization import load_tokenizer, train_bpe
+from .training import TokenBudgetSeq2SeqTrainer, build_trainer, paper_training_arguments
+from .translate import translate
+
+logger = logging.getLogger(__name__)
+
+PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
+FINAL_MODELS = ("average", "best", "last")
+PATH_FIELDS = (
+    "train_source",
+    "train_target",
+    "dev_source",
+    "dev_target",
+    "test_source",
+    "test_target",
+    "test_references_tokenized",
+)
+SANITY_SAMPLE = 100  # training sources decoded to check the final model when there is no dev set
+
+
+class JsonDict(dict):
+    """A dict that can also be built from JSON text, so that it can be one command-line value."""
+
+    def __init__(self, value: str | dict | None = None) -> None:
+        super().__init__(json.loads(value) if isinstance(value, str) else (value or {}))
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class TrainOptions:
+    """Every setting of the training job; the defaults are the paper's base model recipe (§5)."""
+
+    recipe: str | None = field(
+        default=None,
+        metadata=_help(
+            f"named recipe ({', '.join(available_recipes())}) or a YAML file; its values replace these defaults"
+        ),
+    )
+    # --- data
+    data_dir: Path = field(
+        default=Path("../shared/data"), metadata=_help("replaces {data_dir} in the paths below")
+    )
+    train_source: str | None = field(
+        default=None,
+        metadata=_help("source text file (one sentence a line), TSV file or Hub id; none: embedded Tatoeba"),
+    )
+    train_target: str | None = field(default=None, metadata=_help("target text file, line-aligned"))
+    hub_config: str | None = field(default=None, metadata=_help("configuration of a Hub dataset, e.g. de-en"))
+    source_lang: str = field(default="en", metadata=_help("source language code"))
+    target_lang: str = field(default="de", metadata=_help("target language code"))
+    dev_source: str | None = field(default=None, metadata=_help("dev source file / TSV / Hub id"))
+    dev_target: str | None = field(default=None, metadata=_help("dev target file"))
+    dev_size: int = field(
+        default=0, metadata=_help("without --dev_source: pairs held out of the training data as dev set")
+    )
+    max_dev_sentences: int | None = field(default=None, metadata=_help("use only the first N dev pairs"))
+    test_source: str | None = field(default=None, metadata=_help("test source file / TSV / Hub id"))
+    test_target: str | None = field(default=None, metadata=_help("test reference file"))
+    test_references_tokenized: str | None = field(
+        default=None, metadata=_help("tokenised references for tokenised BLEU (Multi30k lc.norm.tok)")
+    )
+    test_size: int = field(default=1000, metadata=_help("embedded Tatoeba: held-out test pairs"))
+    max_test_sentences: int | None = field(default=None, metadata=_help("score only the first N test pairs"))
+    # --- model and vocabulary
+    preset: PresetName = field(default="base", metadata=_help("model size: a configuration of the paper"))
+    dropout: float | None = field(default=None, metadata=_help("residual dropout P_drop (default: preset's)"))
+    config_overrides: JsonDict = field(
+        default_factory=JsonDict,
+        metadata=_help('other config values as JSON, e.g. \'{"init_scheme": "xavier"}\''),
+    )
+    vocab_size: int = field(default=37000, metadata=_help("joint BPE vocabulary size"))
+    lowercase: bool = field(default=False, metadata=_help("lowercase text before BPE (and score lowercased)"))
+    max_length: int = field(default=256, metadata=_help("drop training pairs with a longer side (tokens)"))
+    # --- training (§5)
+    output_dir: Path = field(default=Path("runs/train"), metadata=_help("run folder"))
+    max_tokens: int = field(
+        default=3125, metadata=_help("padded tokens per batch, side and process (paper: 25k over 8 GPUs)")
+    )
+    gradient_accumulation_steps: int = field(default=1, metadata=_help("batches per update"))
+    max_steps: int = field(default=100_000, metadata=_help("optimiser updates"))
+    warmup_steps: int = field(default=4000, metadata=_help("warm-up steps of eq. (3)"))
+    lr_scale: float = field(default=1.0, metadata=_help("multiplies eq. (3); 1 is the paper's learning rate"))
+    save_steps: int = field(default=1000, metadata=_help("checkpoint interval"))
+    average_last: int = field(default=5, metadata=_help("checkpoints averaged into the final model (§6.1)"))
+    final_model: Literal[FINAL_MODELS] = field(  # type: ignore[valid-type]
+        default="average",
+        metadata=_help("average of the last checkpoints, the best dev-BLEU checkpoint, or the last weights"),
+    )
+    eval_steps: int = field(
+        default=0, metadata=_help("decode the dev set greedily every N updates (0: never)")
+    )
+    logging_steps: int = field(default=100, metadata=_help("log (and check) the loss every N updates"))
+    health_checks: bool = field(
+        default=True, metadata=_help("stop on divergence or collapse (--no_health_checks trains on)")
+    )
+    seed: int = field(default=0, metadata=_help("seed for initialisation, batches and held-out splits"))
+    resume: bool = field(default=False, metadata=_help("continue from the last checkpoint in --output_dir"))
+    # --- evaluation (§6.1 settings come from the model's generation config)
+    num_beams: int | None = field(default=None, metadata=_help("beam size (default: the model's, 4)"))
+    length_penalty: float | None = field(default=None, metadata=_help("GNMT α (default: the model's, 0.6)"))
+    eval_batch_size: int = field(default=128, metadata=_help("sentences per decoding batch"))
+    split_compounds: bool = field(default=False, metadata=_help("WMT14 ##AT## compound splitting"))
+    examples: list[str] = field(
+        default_factory=lambda: ["I love you.", "Where is the train station?", "Tom is reading a book."],
+        metadata=_help("sentences translated at the end"),
+    )
+
+    def __post_init__(self) -> None:
+        self.output_dir, self.data_dir = Path(self.output_dir), Path(self.data_dir)
+        self.config_overrides = JsonDict(self.config_overrides)
+        for name in PATH_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, value.replace("{data_dir}", str(self.data_dir)))
+        self._check_numbers()
+        self._check_combinations()
+
+    @classmethod
+    def from_recipe(cls, name: str, **overrides: Any) -> "TrainOptions":
+        """The options of a named recipe (or YAML file), with `overrides` on top."""
+        return cls(**{**load_recipe(name, allowed=option_names()), "recipe": name, **overrides})
+
+    def _check_numbers(self) -> None:
+        """Numbers are in range, with a message naming the flag."""
+        at_least = {
+            "vocab_size": 1,
+            "max_length": 1,
+            "max_tokens": 1,
+            "gradient_accumulation_steps": 1,
+            "max_steps": 1,
+            "warmup_steps": 1,
+            "save_steps": 1,
+            "average_last": 1,
+            "logging_steps": 1,
+            "eval_batch_size": 1,
+            "test_size": 1,
+            "eval_steps": 0,
+            "dev_size": 0,
+        }
+        for name, minimum in at_least.items():
+            if getattr(self, name) < minimum:
+                raise ValueError(f"--{name} must be at least {minimum}, got {getattr(self, name)}.")
+        for name in ("num_beams", "max_test_sentences", "max_dev_sentences"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be at least 1 (or left out), got {getattr(self, name)}.")
+        if not self.lr_scale > 0:
+            raise ValueError(f"--lr_scale must be positive, got {self.lr_scale}.")
+
+    def _check_combinations(self) -> None:
+        """Settings that only make sense together."""
+        if self.final_model not in FINAL_MODELS:
+            raise ValueError(f"--final_model must be one of {FINAL_MODELS}, got {self.final_model!r}.")
+        if self.preset not in PRESETS:
+            raise ValueError(f"--preset must be one of {sorted(PRESETS)}, got {self.preset!r}.")
+        if self.dropout is not None and "dropout" in self.config_overrides:
+            raise ValueError("dropout is given twice: as --dropout and in --config_overrides; keep one.")
+        if self.train_source is not None and self.test_source is None:
+            raise ValueError(
+                "--test_source is required with --train_source (and --test_target for text pairs)."
+            )
+        if self.eval_steps and not self.has_dev_set:
+            raise ValueError("--eval_steps needs a dev set: --dev_source/--dev_target, or --dev_size N.")
+        if self.final_model == "best" and (not self.eval_steps or self.eval_steps % self.save_steps):
+            raise ValueError(
+                "--final_model best needs dev evaluations at checkpoint steps: --eval_steps a multiple of "
+                f"--save_steps ({self.save_steps})."
+            )
+
+    @property
+    def has_dev_set(self) -> bool:
+        return self.dev_source is not None or self.dev_size > 0
+
+    def model_config(self, vocab_size: int | None = None) -> VaswaniTransformerConfig:
+        """The model's config: the preset with --dropout and --config_overrides (raises on bad values)."""
+        overrides = dict(self.config_overrides)
+        if self.dropout is not None:
+            overrides["dropout"] = self.dropout
+        return VaswaniTransformerConfig.from_preset(
+            self.preset, vocab_size=vocab_size or self.vocab_size, **overrides
+        )
+
+
+def option_names() -> set[str]:
+    """The names of all settings: fields of TrainOptions, flags of the train command, keys of recipes."""
+    return {option.name for option in fields(TrainOptions)}
+
+
+@dataclass
+class TrainResult:
+    """Where things were written and what was measured."""
+
+    model_dir: Path
+    scores: dict
+    dev_scores: dict | None
+    train_seconds: float
+    example_translations: dict[str, str]
+
+
+@dataclass
+class Corpora:
+    """Training, dev (optional) and test pairs as "source"/"target" Datasets."""
+
+    train: Dataset
+    dev: Dataset | None
+    test: Dataset
+
+
+def _is_local_path(value: str) -> bool:
+    """Whether a data argument names a file on this machine (else it is taken for a Hub id)."""
+    return Path(value).exists() or value.startswith((".", "/", "~")) or Path(value).suffix != ""
+
+
+def check_inputs(options: TrainOptions) -> None:
+    """Fail before any long work: missing local files, and a model config that cannot be built."""
+    for name in PATH_FIELDS:
+        value = getattr(options, name)
+        if value is not None and _is_local_path(value) and not Path(value).expanduser().exists():
+            hint = " (recipe paths start at --data_dir)" if options.recipe else ""
+            raise FileNotFoundError(f"--{name} {value}: no such file{hint}.")
+    options.model_config()
+
+
+def _log_loaded(stats: LoadStats, split: str) -> None:
+    logger.info(f"{split}: {stats.summary()}")
+
+
+def _load_pairs(options: TrainOptions, source: str, target: str | None, split: str) -> Dataset:
+    pairs, stats = load_parallel(
+        source,
+        target,
+        source_lang=options.source_lang,
+        target_lang=options.target_lang,
+        split=split,
+        hub_config=options.hub_config,
+    )
+    _log_loaded(stats, split)
+    return pairs
+
+
+def _first(pairs: Dataset, count: int | None) -> Dataset:
+    """The first `count` pairs (all when `count` is None)."""
+    return pairs if count is None else pairs.select(range(min(len(pairs), count)))
+
+
+def load_corpora(options: TrainOptions) -> Corpora:
+    """The job's pairs: given files / Hub ids, or the embedded Tatoeba corpus with fixed held-out splits."""
+    if options.train_source is None:
+        pairs, stats = load_tatoeba()
+        _log_loaded(stats, "embedded Tatoeba")
+        split = train_test_split_fixed(pairs, options.test_size, seed=options.seed)
+        train, test = split["train"], split["test"]
+    else:
+        train = _load_pairs(options, options.train_source, options.train_target, "train")
+        test = _load_pairs(options, options.test_source, options.test_target, "test")
+    dev = None
+    if options.dev_source is not None:
+        dev = _load_pairs(options, options.dev_source, options.dev_target, "validation")
+    elif options.dev_size:
+        if options.dev_size >= len(train):
+            raise ValueError(
+                f"--dev_size {options.dev_size} leaves no training pairs ({len(train):,} loaded)."
+            )
+        split = train_test_split_fixed(train, options.dev_size, seed=options.seed)
+        train, dev = split["train"], split["test"]
+    test = _first(test, options.max_test_sentences)
+    dev = _first(dev, options.max_dev_sentences) if dev is not None else None
+    logger.info(
+        f"pairs: {len(train):,} train, {len(dev) if dev is not None else 0:,} dev, {len(test):,} test"
+    )
+    return Corpora(train, dev, test)
+
+
+def _tokenizer_for(options: TrainOptions, train: Dataset, is_main_process: bool) -> PreTrainedTokenizerBase:
+    """A joint BPE vocabulary trained on both sides of the training pairs by the main process.
+
+    Other processes (and `--resume`) load the one the main process saved, so every rank shares one vocabulary.
+    """
+    tokenizer_dir = options.output_dir / "tokenizer"
+    if tokenizer_dir.is_dir() and (options.resume or not is_main_process):
+        return load_tokenizer(str(tokenizer_dir))
+    started = time.perf_counter()
+    tokenizer = train_bpe(
+        (text for column in ("source", "target") for text in train[column]),
+        options.vocab_size,
+        lowercase=options.lowercase,
+    )
+    tokenizer.save_pretrained(tokenizer_dir)
+    logger.info(f"joint BPE: {len(tokenizer):,} tokens in {time.perf_counter() - started:.1f} s")
+    return tokenizer
+
+
+def _training_set_key(options: TrainOptions, tokenizer: PreTrainedTokenizerBase) -> str:
+    """Identifies a tokenised training set: corpus files (path, size, mtime), vocabulary, splits, length limit."""
+    parts = [
+        tokenizer.backend_tokenizer.to_str(),
+        str(options.max_length),
+        str(options.test_size),
+        str(options.dev_size if options.dev_source is None else 0),
+        str(options.seed),
+    ]
+    for name in (
+        (options.train_source, options.train_target) if options.train_source else (str(TATOEBA_FILE),)
+    ):
+        path = Path(name) if name else None
+        if path is not None and path.exists():
+            parts += [str(path.resolve()), str(path.stat().st_size), str(path.stat().st_mtime_ns)]
+        else:
+            parts.append(str(name))  # a Hub id, or no target file
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _tokenized_training_set(
+    options: TrainOptions, train: Dataset, tokenizer: PreTrainedTokenizerBase
+) -> tuple[Dataset, FilterStats]:
+    """`tokenize_parallel` once per corpus and vocabulary: the result is kept on disk under the run folder."""
+    cache = options.output_dir / "tokenized" / _training_set_key(options, tokenizer)
+    stats_file = cache / "filter_stats.json"
+    if stats_file.exists():
+        return load_from_disk(str(cache)), FilterStats(**json.loads(stats_file.read_text()))
+    tokenized, stats = tokenize_parallel(train, tokenizer, max_length=options.max_length)
+    tokenized.save_to_disk(str(cache))
+    stats_file.write_text(json.dumps(asdict(stats)))
+    return load_from_disk(str(cache)), stats
+
+
+def _advice(options: TrainOptions, config: VaswaniTransformerConfig, peak_lr: float) -> str:
+    """What to change after a failed run, in the job's own flags."""
+    switch = (
+        " or switch --config_overrides init_scheme 'xavier' to 'normal',"
+        if config.init_scheme == "xavier"
+        else ""
+    )
+    return (
+        f"Lower the peak learning rate (--lr_scale {options.lr_scale:g} gives {peak_lr:.2e}), lengthen "
+        f"--warmup_steps ({options.warmup_steps}),{switch} then rerun with a new --output_dir. "
+        "--no_health_checks trains on regardless."
+    )
+
+
+def _training_arguments(options: TrainOptions, config: VaswaniTransformerConfig) -> Seq2SeqTrainingArguments:
+    """The paper's recipe with this job's batch, schedule, checkpoint and dev-decoding settings."""
+    return paper_training_arguments(
+        options.output_dir,
+        config.d_model,
+        max_steps=options.max_steps,
+        warmup_steps=options.warmup_steps,
+        lr_scale=options.lr_scale,
+        save_steps=options.save_steps,
+        save_total_limit=options.average_last,
+        eval_steps=options.eval_steps,
+        logging_steps=min(options.logging_steps, options.max_steps),  # a short run still logs its loss
+        seed=options.seed,
+        gradient_accumulation_steps=options.gradient_accumulation_steps,
+        per_device_eval_batch_size=options.eval_batch_size,
+    )
+
+
+def _trainer_for(
+    options: TrainOptions,
+    args: Seq2SeqTrainingArguments,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train: Dataset,
+    dev: Dataset | None,
+    floor: float,
+    advice: str,
+) -> TokenBudgetSeq2SeqTrainer:
+    """The paper's recipe on Seq2SeqTrainer, with dev decoding, the health check and the progress lines."""
+    callbacks: list[TrainerCallback] = [TrainingProgress()]
+    if options.health_checks:
+        check_from = collapse_check_step(options.warmup_steps)
+        logger.info(
+            f"health check: the loss must be below {floor:.3f} (unigram floor) from step {check_from} on"
+        )
+        callbacks.append(HealthCheck(floor, check_from, advice))
+    return build_trainer(
+        model,
+        tokenizer,
+        train,
+        args,
+        options.max_tokens,
+        eval_dataset=dev,
+        compute_metrics=dev_metrics(tokenizer) if dev is not None else None,
+        callbacks=callbacks,
+    )
+
+
+def _final_model_dir(options: TrainOptions, trainer: TokenBudgetSeq2SeqTrainer) -> Path:
+    """The final model: the average of the last checkpoints (§6.1), the best dev checkpoint, or the last weights."""
+    final_dir = options.output_dir / "final"
+    checkpoints = find_checkpoints(options.output_dir)
+    best = trainer.state.best_model_checkpoint
+    if options.final_model == "best" and best is not None:
+        logger.info(f"final model: {best} (best greedy dev BLEU {trainer.state.best_metric:.2f})")
+        return average_checkpoints([Path(best)], final_dir)
+    if options.final_model == "average" and options.average_last > 1 and len(checkpoints) >= 2:
+        chosen = checkpoints[-options.average_last :]
+        logger.info(f"final model: average of {', '.join(path.name for path in chosen)}")
+        return average_checkpoints(chosen, final_dir)
+    logger.info(f"final model: the weights after step {trainer.state.global_step}")
+    trainer.save_model(str(final_dir))
+    return final_dir
+
+
+def _check_final_model(options: TrainOptions, translations: list[str], advice: str) -> None:
+    """Refuse to report scores of a model that translates every sentence the same way (or into nothing)."""
+    judged = options.health_checks and options.max_steps >= collapse_check_step(options.warmup_steps)
+    symptom = translation_symptom(translations)
+    if judged and symptom:
+        raise TrainingCollapsed(
+            f"The final model has collapsed: {symptom}; no scores are reported. " + advice
+        )
+
+
+def _decoding_overrides(options: TrainOptions) -> dict[str, Any]:
+    """Only what the user changed: everything else comes from the model's generation config (§6.1)."""
+    overrides: dict[str, Any] = {}
+    if options.num_beams is not None:
+        overrides["num_beams"] = options.num_beams
+    if options.length_penalty is not None:
+        overrides["length_penalty"] = options.length_penalty
+    return overrides
+
+
+def _score(
+    options: TrainOptions,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    pairs: Dataset,
+    references_tokenized: list[str] | None = None,
+) -> tuple[list[str], dict]:
+    return translate_and_score(
+        model,
+        tokenizer,
+        list(pairs["source"]),
+        list(pairs["target"]),
+        target_lang=options.target_lang,
+        references_tokenized=references_tokenized,
+        split_compounds=options.split_compounds,
+        batch_size=options.eval_batch_size,
+        show_progress=True,
+        **_decoding_overrides(options),
+    )
+
+
+def _read_lines(path: str | None, limit: int) -> list[str] | None:
+    """The first `limit` lines of a text file (split on newlines only), or None when no file is given."""
+    if path is None:
+        return None
+    return Path(path).read_text(encoding="utf-8").split("\n")[:limit]
+
+
+def evaluate_final_model(
+    options: TrainOptions, model_dir: Path, corpora: Corpora, advice: str
+) -> tuple[dict, dict | None, dict[str, str]]:
+    """Load the final model once: check it has not collapsed, score dev and test, translate the examples."""
+    model, tokenizer = load_for_decoding(model_dir)
+    dev_scores = None
+    if corpora.dev is not None:
+        dev_hypotheses, dev_scores = _score(options, model, tokenizer, corpora.dev)
+        logger.info(
+            f"dev: sacreBLEU {dev_scores['sacrebleu']['score']:.2f} (final model, {len(corpora.dev)} pairs)"
+        )
+        _check_final_model(options, dev_hypotheses, advice)
+        write_scores(model_dir, dev_hypotheses, dev_scores, name="dev_")
+    else:
+        sample = list(corpora.train["source"][:SANITY_SAMPLE])
+        _check_final_model(options, translate(sample, model, tokenizer, num_beams=1), advice)
+    test_references = _read_lines(options.test_references_tokenized, len(corpora.test))
+    hypotheses, scores = _score(options, model, tokenizer, corpora.test, test_references)
+    write_scores(model_dir, hypotheses, scores)
+    examples = list(options.examples)
+    translations = dict(zip(examples, translate(examples, model, tokenizer), strict=True))
+    return scores, dev_scores, translations
+
+
+def _write_options(options: TrainOptions, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(asdict(options), default=str, indent=2) + "\n"
+    (folder / "train_options.json").write_text(text, encoding="utf-8")
+
+
+def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
+    """Load data, train BPE, train the model with the paper's recipe, pick the final model, decode, score.
+
+    Under `torchrun` / `accelerate launch` every process trains on its shard of the token batches; only the
+    main process trains the vocabulary, builds the final model, evaluates and returns a result (others: None).
+    Raises `monitoring.TrainingFailure` when training diverges or collapses.
+    """
+    check_inputs(options)
+    config = options.model_config()
+    args = _training_arguments(options, config)
+    advice = _advice(options, config, args.learning_rate)
+    is_main_process = args.process_index == 0
+    corpora = load_corpora(options)
+    with args.main_process_first(desc="joint BPE vocabulary"):
+        tokenizer = _tokenizer_for(options, corpora.train, is_main_process)
+    with args.main_process_first(desc="tokenising"):
+        tokenized, filter_stats = _tokenized_training_set(options, corpora.train, tokenizer)
+    logger.info(filter_stats.summary())
+    dev = None
+    if corpora.dev is not None:
+        dev = tokenize_parallel(corpora.dev, tokenizer, max_length=options.max_length)[0]
+    config.vocab_size = len(tokenizer)
+    torch.manual_seed(options.seed)
+    model = VaswaniTransformerForConditionalGeneration(config)
+    logger.info(
+        f"model: preset {options.preset}, {model.num_parameters():,} parameters, init {config.init_scheme}; "
+        f"peak learning rate {args.learning_rate:.2e} at step {options.warmup_steps}"
+    )
+    if is_main_process:
+        _write_options(options, options.output_dir)
+    floor = unigram_loss(tokenized, len(tokenizer), config.label_smoothing)
+    trainer = _trainer_for(options, args, model, tokenizer, tokenized, dev, floor, advice)
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=options.resume and bool(find_checkpoints(options.output_dir)))
+    train_seconds = time.perf_counter() - started
+    if not is_main_process:
+        return None
+    model_dir = _final_model_dir(options, trainer)
+    tokenizer.save_pretrained(model_dir)
+    _write_options(options, model_dir)
+    plot_training_curve(trainer.state.log_history, model_dir / "training_curve.png", unigram_floor=floor)
+    scores, dev_scores, examples = evaluate_final_model(options, model_dir, corpora, advice)
+    return TrainResult(model_dir, scores, dev_scores, train_seconds, examples)
