@@ -87,6 +87,10 @@ def test_health_check_rules() -> None:
         check.on_evaluate(
             None, state, TrainerControl(), metrics={"eval_degenerate": 0.8, "eval_distinct": 0.9}
         )
+    alike = {"eval_degenerate": 0.0, "eval_distinct": 0.1}  # the same fluent sentence for every source
+    check.on_evaluate(None, state, TrainerControl(), metrics=alike)  # still learning to read the source
+    with pytest.raises(TrainingCollapsed, match="at step 200 only 10% of the translations differ"):
+        check.on_evaluate(None, TrainerState(global_step=200), TrainerControl(), metrics=alike)
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ def plot_training_curve(
     loss_axis.legend(loc="upper right", fontsize=8)
     rate_axis = loss_axis.twinx()
     rate_axis.plot(*_series(log_history, "learning_rate"), color="tab:orange", lw=0.8)
-    rate_axis.set_ylabel("learning rate (eq. 3)", color="tab:orange")
+    rate_axis.set_ylabel("learning rate (eq. 3 × lr_scale)", color="tab:orange")
     loss_axis.set_title("Training")
     if bleu_axis:
         bleu_axis[0].plot(dev_steps, dev_bleu, "o-", color="tab:red")
