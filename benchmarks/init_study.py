@@ -64,7 +64,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--probe-every", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=Path("benchmarks/init_study.json"))
-    parser.add_argument("--plot", type=Path, help="only draw the figure of this JSON file")
+    parser.add_argument("--plot", type=Path, nargs="+", help="only draw the figure of these JSON files")
     parser.add_argument("--at-init", action="store_true", help="only analyse freshly initialised models")
     parser.add_argument("--figure", type=Path, default=Path("benchmarks/init_study.png"))
     return parser.parse_args()
@@ -286,9 +286,9 @@ def plot(records: list[dict], path: Path) -> None:
     presets = list(dict.fromkeys(r["preset"] for r in records))
     metrics = [
         ("loss", "training loss"),
+        ("source_gain", "source gain (nats/token)"),
+        ("encoder_similarity", "encoder position similarity"),
         ("entropy_cross", "cross-attention entropy / uniform"),
-        ("gain.decoder.feed_forward", "decoder FFN branch gain"),
-        ("logit_std", "logit std"),
     ]
     figure = Figure(figsize=(4.2 * len(presets), 3.2 * len(metrics)))
     axes = figure.subplots(len(metrics), len(presets), squeeze=False)
@@ -317,8 +317,7 @@ def plot(records: list[dict], path: Path) -> None:
             axes[row][column].set_xlabel("step")
         axes[0][column].legend(fontsize=7)
     figure.suptitle(
-        "Multi30k En→De, post-norm: initialisation × peak learning rate (solid: normal 0.02, dashed: xavier)",
-        fontsize=10,
+        "Multi30k En→De, post-norm. Solid: normal 0.02, dashed: xavier; colour: peak learning rate"
     )
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -327,7 +326,7 @@ def plot(records: list[dict], path: Path) -> None:
 def main() -> None:
     args = parse_args()
     if args.plot:
-        plot(json.loads(args.plot.read_text()), args.figure)
+        plot([record for path in args.plot for record in json.loads(path.read_text())], args.figure)
         print(f"wrote {args.figure}")
         return
     tokenizer, loader, tokenized, val = load_data(args.data_dir, args.max_tokens, args.seed)
