@@ -455,6 +455,8 @@ def _check_final_model(options: TrainOptions, translations: list[str], advice: s
         raise TrainingCollapsed(
             f"The final model has collapsed: {symptom}; no scores are reported. " + advice
         )
+    if symptom:
+        logger.warning(f"warning: the final model looks collapsed ({symptom}); scoring it anyway, as asked")
 
 
 def _decoding_overrides(options: TrainOptions) -> dict[str, Any]:

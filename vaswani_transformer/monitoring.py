@@ -137,10 +137,12 @@ class TrainingProgress(TrainerCallback):
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
+        self.first_step = 0
         self.dev = "dev BLEU -"
 
     def on_train_begin(self, args, state: TrainerState, control, **kwargs) -> None:
         self.started = time.perf_counter()
+        self.first_step = state.global_step  # > 0 when resuming: the ETA counts only this session's steps
 
     def on_log(self, args, state: TrainerState, control, logs=None, **kwargs) -> None:
         logs = logs or {}
@@ -157,7 +159,7 @@ class TrainingProgress(TrainerCallback):
             )
         if "loss" in logs:
             elapsed = time.perf_counter() - self.started
-            remaining = elapsed / max(step, 1) * (total - step)
+            remaining = elapsed / max(step - self.first_step, 1) * (total - step)
             tokens = logs.get("target_tokens_per_second", 0) / 1000
             logger.info(
                 f"step {step}/{total}  loss {logs['loss']:.3f}  lr {logs.get('learning_rate', 0):.2e}  "
