@@ -16,7 +16,7 @@ from transformers import (
 )
 
 from .bleu import moses_tokenize, sacre_bleu, tokenized_bleu
-from .monitoring import is_degenerate
+from .monitoring import translation_shares
 from .tokenization import lowercases
 from .translate import translate
 
@@ -160,10 +160,11 @@ def dev_metrics(tokenizer: PreTrainedTokenizerBase) -> Callable[[EvalPrediction]
 
     def compute(prediction: EvalPrediction) -> dict[str, float]:
         hypotheses, references = decode(prediction.predictions), decode(prediction.label_ids)
+        degenerate, distinct = translation_shares(hypotheses)
         return {
             "bleu": sacre_bleu(hypotheses, references, lowercase=lowercase)["score"],
-            "degenerate": sum(map(is_degenerate, hypotheses)) / len(hypotheses),
-            "distinct": len(set(hypotheses)) / len(hypotheses),
+            "degenerate": degenerate,
+            "distinct": distinct,
         }
 
     return compute

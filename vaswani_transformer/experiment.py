@@ -215,14 +215,12 @@ class TrainOptions:
     def has_dev_set(self) -> bool:
         return self.dev_source is not None or self.dev_size > 0
 
-    def model_config(self, vocab_size: int | None = None) -> VaswaniTransformerConfig:
+    def model_config(self) -> VaswaniTransformerConfig:
         """The model's config: the preset with --dropout and --config_overrides (raises on bad values)."""
         overrides = dict(self.config_overrides)
         if self.dropout is not None:
             overrides["dropout"] = self.dropout
-        return VaswaniTransformerConfig.from_preset(
-            self.preset, vocab_size=vocab_size or self.vocab_size, **overrides
-        )
+        return VaswaniTransformerConfig.from_preset(self.preset, vocab_size=self.vocab_size, **overrides)
 
 
 def option_names() -> set[str]:

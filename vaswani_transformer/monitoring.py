@@ -70,11 +70,15 @@ def collapse_symptom(degenerate_share: float, distinct_share: float) -> str | No
     return None
 
 
+def translation_shares(translations: Sequence[str]) -> tuple[float, float]:
+    """The shares of degenerate and of distinct translations in a list of translations of different sentences."""
+    count = len(translations)
+    return sum(map(is_degenerate, translations)) / count, len(set(translations)) / count
+
+
 def translation_symptom(translations: Sequence[str]) -> str | None:
     """`collapse_symptom` of a list of translations of different sentences."""
-    return collapse_symptom(
-        sum(map(is_degenerate, translations)) / len(translations), len(set(translations)) / len(translations)
-    )
+    return collapse_symptom(*translation_shares(translations))
 
 
 class HealthCheck(TrainerCallback):

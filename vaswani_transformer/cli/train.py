@@ -7,7 +7,7 @@ recipe runs: a model on the embedded Tatoeba English-German corpus, sized for a 
     python scripts/train.py                                   # the main job (recipe tatoeba)
     python scripts/train.py --recipe multi30k                 # Multi30k En-De from ../shared/data
     python scripts/train.py --recipe multi30k --data_dir DIR  # ... from DIR/multi30k, DIR/multi30k-tok
-    python scripts/train.py --recipe multi30k --preset base --lr_scale 0.7 --output_dir runs/m30k-base
+    python scripts/train.py --recipe multi30k --preset base --lr_scale 0.72 --output_dir runs/m30k-base
     accelerate launch --multi_gpu --num_processes 8 scripts/train.py --recipe wmt14-base
 
 Exit status: 0 on success, 2 for bad options or inputs (before any training), 3 when training diverged or

@@ -31,7 +31,7 @@ def recipe_path(name: str) -> Path:
 
 
 def _check_keys(values: dict[str, Any], allowed: set[str], where: str) -> None:
-    """Raise on a key that is no setting, naming the close ones."""
+    """Raise on a key that is no setting, listing the settings there are."""
     if unknown := sorted(set(values) - allowed):
         raise ValueError(f"{where}: unknown setting(s) {unknown}; settings are {sorted(allowed)}")
 
