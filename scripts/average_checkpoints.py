@@ -1,30 +1,8 @@
-"""Average the last N Trainer checkpoints of a run into one loadable model (paper: 5 for base, 20 for big).
+"""Alias of the `vaswani-average` command for a checkout: see `python scripts/average_checkpoints.py --help`."""
 
-python scripts/average_checkpoints.py runs/wmt14-base --last 5 --output runs/wmt14-base/averaged
-"""
+import sys
 
-import argparse
-from pathlib import Path
-
-from vaswani_transformer.checkpoints import average_last
-
-
-def parse_args() -> argparse.Namespace:
-    """Command-line arguments."""
-    formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
-    parser.add_argument("run_dir", type=Path, help="Trainer output_dir holding checkpoint-<step> folders")
-    parser.add_argument("--last", type=int, default=5, help="how many of the latest checkpoints to average")
-    parser.add_argument("--output", type=Path, default=None, help="output folder (default: RUN_DIR/averaged)")
-    return parser.parse_args()
-
-
-def main() -> None:
-    """Average the checkpoints and print where the averaged model was written."""
-    args = parse_args()
-    output_dir = args.output if args.output is not None else args.run_dir / "averaged"
-    print(average_last(args.run_dir, args.last, output_dir))
-
+from vaswani_transformer.cli.average import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,6 +1,13 @@
-"""Shared fixtures: tiny model configs and the path to ../shared/data."""
+"""Shared fixtures: tiny model configs, the path to ../shared/data, a fake Hub and a trained miniature run."""
 
+import base64
+import importlib
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -60,3 +67,111 @@ def letter_tokenizer():
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>"
     )
+
+
+class FakeHub:
+    """The Hub's HTTP API in memory, as huggingface_hub's own client reaches it: every request is recorded."""
+
+    def __init__(self, httpx: ModuleType) -> None:
+        self.httpx = httpx
+        self.requests: list[tuple[str, str, bytes]] = []
+
+    def __call__(self, request):
+        self.requests.append((request.method, request.url.path, request.content))
+        path, respond = request.url.path, self.httpx.Response
+        if path == "/api/repos/create":
+            repo = json.loads(request.content)
+            return respond(200, json={"url": f"https://huggingface.co/{repo['organization']}/{repo['name']}"})
+        if path == "/api/validate-yaml":
+            return respond(200, json={"errors": [], "warnings": []})
+        if "/branch/" in path:
+            return respond(200, json={})
+        if "/preupload/" in path:  # "regular": files travel inside the commit, as small files do
+            files = json.loads(request.content)["files"]
+            return respond(
+                200,
+                json={
+                    "files": [
+                        {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files
+                    ]
+                },
+            )
+        if "/commit/" in path:
+            repo = path.removeprefix("/api/models/").split("/commit/")[0]
+            return respond(
+                200,
+                json={"commitUrl": f"https://huggingface.co/{repo}/commit/{'0' * 40}", "commitOid": "0" * 40},
+            )
+        return respond(404, json={"error": f"{path} is not part of this fake Hub"})
+
+    def commits(self) -> list[tuple[str, dict, dict[str, bytes]]]:
+        """(url path, header, {file path: content}) of every commit sent."""
+        commits = []
+        for method, path, content in self.requests:
+            if method == "POST" and "/commit/" in path:
+                lines = [json.loads(line) for line in content.decode().splitlines() if line]
+                header = next(line["value"] for line in lines if line["key"] == "header")
+                files = {
+                    line["value"]["path"]: base64.b64decode(line["value"]["content"])
+                    for line in lines
+                    if line["key"] == "file"
+                }
+                commits.append((path, header, files))
+        return commits
+
+
+@contextmanager
+def fake_hub_session() -> Iterator[FakeHub]:
+    """Route huggingface_hub's HTTP calls to a FakeHub (online mode, a fake token) for the duration."""
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.utils import _http
+
+    httpx = importlib.import_module(type(huggingface_hub.get_session()).__module__.split(".")[0])
+    hub = FakeHub(httpx)
+    patch = pytest.MonkeyPatch()
+    patch.setattr(constants, "HF_HUB_OFFLINE", False)
+    patch.setenv("HF_TOKEN", "hf_fake_token_for_tests")
+    huggingface_hub.set_client_factory(lambda: httpx.Client(transport=httpx.MockTransport(hub)))
+    try:
+        yield hub
+    finally:
+        huggingface_hub.set_client_factory(_http.default_client_factory)
+        patch.undo()
+
+
+@dataclass
+class TrainedRun:
+    """A finished miniature main job: its final model folder and what it sent to the (fake) Hub."""
+
+    model_dir: Path
+    hub: FakeHub
+    output_dir: Path
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    """The main job (recipe tatoeba, embedded corpus) in miniature, run with --push_to_hub against a FakeHub and
+    --report_to tensorboard."""
+    from vaswani_transformer.experiment import TrainOptions, train_and_evaluate
+
+    options = TrainOptions.from_recipe(
+        "tatoeba",
+        output_dir=tmp_path_factory.mktemp("main-job") / "run",
+        config_overrides={"d_model": 32, "d_ff": 64, "num_heads": 4, "num_encoder_layers": 2,
+                          "num_decoder_layers": 2, "init_std": 0.1},
+        vocab_size=400, max_steps=60, warmup_steps=20, save_steps=20, eval_steps=0, logging_steps=20,
+        dev_size=20, test_size=24, num_beams=2, examples=["I love you.", "Where is the station?"],
+        push_to_hub="tester/tatoeba-mini", report_to=["tensorboard"],
+    )  # fmt: skip
+    with fake_hub_session() as hub:
+        result = train_and_evaluate(options)
+    assert result is not None and result.hub_url is not None
+    return TrainedRun(result.model_dir, hub, options.output_dir)
+
+
+@pytest.fixture
+def fake_hub() -> Iterator[FakeHub]:
+    """huggingface_hub talks to a FakeHub during the test."""
+    with fake_hub_session() as hub:
+        yield hub

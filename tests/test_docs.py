@@ -64,18 +64,34 @@ def test_benchmark_commands_answer_help() -> None:
 
 
 def test_readme_commands_run_in_miniature(shared_data: Path, tmp_path: Path) -> None:
-    """The README's python commands, in order, in a fresh folder (`runs/...` relative to it): the main job, the
-    Multi30k recipe, averaging its last 5 checkpoints, and evaluating the average."""
+    """The README's python commands, in order, in a fresh folder (`runs/...` relative to it): the main job,
+    translating, the Hub folder, the pictures, the Multi30k recipe, averaging its last 5 checkpoints, and
+    evaluating the average."""
     (tmp_path / "scripts").symlink_to(REPO / "scripts")
     ran = []
     for argv in shell_commands("README.md"):
+        stdin = None
+        if argv[:1] == ["echo"] and "|" in argv:  # echo TEXT | python scripts/...
+            stdin, argv = " ".join(argv[1 : argv.index("|")]) + "\n", argv[argv.index("|") + 1 :]
         if argv[:1] != ["python"] or not argv[1].startswith("scripts/") or "--help" in argv:
             continue
         command = [sys.executable, *argv[1:]]
         if argv[1] == "scripts/train.py":
             command += [*MINIATURE, "--data_dir", str(shared_data)]
         command = [part.replace("../shared/data", str(shared_data)) for part in command]
-        completed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        completed = subprocess.run(
+            command, cwd=tmp_path, input=stdin, capture_output=True, text=True, timeout=600
+        )
         assert completed.returncode == 0, f"{shlex.join(argv)}\n{completed.stderr[-3000:]}"
         ran.append(argv[1])
-    assert {"scripts/train.py", "scripts/average_checkpoints.py", "scripts/evaluate_model.py"} <= set(ran)
+    assert {
+        "scripts/train.py",
+        "scripts/average_checkpoints.py",
+        "scripts/evaluate_model.py",
+        "scripts/translate.py",
+        "scripts/push_to_hub.py",
+        "scripts/plot_attention.py",
+        "scripts/plot_positional_encoding.py",
+    } <= set(ran)
+    assert (tmp_path / "hub" / "tatoeba-en-de" / "README.md").is_file()
+    assert (tmp_path / "pictures" / "positional_encoding.png").is_file()

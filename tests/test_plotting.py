@@ -17,3 +17,48 @@ def test_training_curve_needs_loss_entries(tmp_path: Path) -> None:
         plot_training_curve([{"train_runtime": 1.0}], tmp_path / "curve.png")
     history = [{"step": s, "loss": 5.0 / s, "learning_rate": 1e-3 * s} for s in range(1, 6)]
     assert plot_training_curve(history, tmp_path / "curve.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_attention_maps_are_distributions_over_real_tokens_only(trained_run) -> None:
+    import torch
+
+    from vaswani_transformer.evaluation import load_for_decoding
+    from vaswani_transformer.plotting import attention_maps
+
+    model, tokenizer = load_for_decoding(trained_run.model_dir, device="cpu")
+    sources = ["Tom is reading a long book in the garden today.", "Hi."]
+    translations = ["Tom liest heute im Garten ein langes Buch.", "Hallo."]
+    implementation = model.config._attn_implementation
+    together = attention_maps(model, tokenizer, sources, translations)  # one padded batch
+    alone = attention_maps(model, tokenizer, sources[1:], translations[1:])[0]
+    short = together[1]
+    assert short.source_tokens == tokenizer.convert_ids_to_tokens(tokenizer(sources[1])["input_ids"])
+    assert "<pad>" not in short.source_tokens + short.target_tokens and short.target_tokens[-1] == "</s>"
+    config = model.config
+    assert len(short.encoder) == config.num_encoder_layers and len(short.cross) == config.num_decoder_layers
+    src, tgt = len(short.source_tokens), len(short.target_tokens)
+    for layer in short.cross:
+        assert layer.shape == (config.num_heads, tgt, src)
+        torch.testing.assert_close(
+            layer.sum(-1), torch.ones(config.num_heads, tgt)
+        )  # nothing left on padding
+    for layer in short.encoder:
+        assert layer.shape == (config.num_heads, src, src)
+    for padded, single in zip(
+        short.cross + short.encoder + short.decoder, alone.cross + alone.encoder + alone.decoder, strict=True
+    ):
+        torch.testing.assert_close(padded, single, rtol=1e-4, atol=1e-5)  # padding changes nothing
+    assert model.config._attn_implementation == implementation  # eager only while recording
+
+
+def test_attention_command_writes_labelled_pictures(trained_run, tmp_path: Path, capsys) -> None:
+    from vaswani_transformer.cli import plot_attention
+
+    args = [str(trained_run.model_dir), "I love you.", "--output_dir", str(tmp_path), "--layer", "1"]
+    assert plot_attention.main(args) == 0
+    for name in ("cross_attention_layer1.png", "encoder_self_attention_layer1.png"):
+        picture = tmp_path / name
+        assert picture.read_bytes().startswith(b"\x89PNG") and picture.stat().st_size > 20_000
+    assert "I love you.  ->" in capsys.readouterr().out
+    assert plot_attention.main([*args[:4], "--layer", "9"]) == 2
+    assert "--layer 9: the model has 2 layers of cross attention" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a Hugging Face model."""
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_vaswani_transformer import PRESETS, VaswaniTransformerConfig
 from .modeling_vaswani_transformer import (
@@ -8,6 +9,7 @@ from .modeling_vaswani_transformer import (
     VaswaniTransformerModel,
     VaswaniTransformerPreTrainedModel,
 )
+from .translate import PIPELINE_TASK, VaswaniTranslationPipeline, translate
 
 AutoConfig.register(VaswaniTransformerConfig.model_type, VaswaniTransformerConfig, exist_ok=True)
 AutoModel.register(VaswaniTransformerConfig, VaswaniTransformerModel, exist_ok=True)
@@ -19,11 +21,19 @@ AutoModelForSeq2SeqLM.register(
 VaswaniTransformerConfig.register_for_auto_class()
 VaswaniTransformerModel.register_for_auto_class("AutoModel")
 VaswaniTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+# pipeline("vaswani-translation", model=...): transformers v5 has no translation pipeline of its own.
+if PIPELINE_TASK not in PIPELINE_REGISTRY.get_supported_tasks():
+    PIPELINE_REGISTRY.register_pipeline(
+        PIPELINE_TASK, pipeline_class=VaswaniTranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+    )
 
 __all__ = [
+    "PIPELINE_TASK",
     "PRESETS",
     "VaswaniTransformerConfig",
     "VaswaniTransformerForConditionalGeneration",
     "VaswaniTransformerModel",
     "VaswaniTransformerPreTrainedModel",
+    "VaswaniTranslationPipeline",
+    "translate",
 ]

@@ -54,12 +54,28 @@ def score_translations(
     }
 
 
-def load_for_decoding(model_dir: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A saved model (on the GPU when there is one) and its tokenizer, loaded the way a user loads them."""
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
-    if torch.cuda.is_available():
-        model = model.to("cuda")
-    return model, AutoTokenizer.from_pretrained(model_dir)
+def check_model_name(name: str | Path) -> str:
+    """A model folder that exists, or a Hub id (`user/name`); a missing local path is an error, never a Hub call."""
+    text = str(name)
+    looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or "\\" in text
+    if not Path(text).expanduser().exists() and (looks_local or isinstance(name, Path)):
+        raise FileNotFoundError(
+            f"{text}: no such model folder (give a trained model folder or a Hub id user/name)."
+        )
+    return str(Path(text).expanduser()) if Path(text).expanduser().exists() else text
+
+
+def load_for_decoding(
+    model_dir: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A saved model (folder or Hub id) and its tokenizer, loaded the way a user loads them, in eval mode.
+
+    By default the model goes to the GPU when there is one, in fp32 (pass `dtype=torch.bfloat16` for speed).
+    """
+    name = check_model_name(model_dir)
+    model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=dtype)
+    model = model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
+    return model, AutoTokenizer.from_pretrained(name)
 
 
 def decoding_settings(model: PreTrainedModel, **overrides: Any) -> dict[str, Any]:

@@ -14,8 +14,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+import transformers
 from datasets import Dataset, load_from_disk
+from huggingface_hub import get_token
+from huggingface_hub.utils import validate_repo_id
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Seq2SeqTrainingArguments, TrainerCallback
+from transformers.integrations import is_tensorboard_available
 
 from .checkpoints import average_checkpoints, find_checkpoints
 from .configuration_vaswani_transformer import PRESETS, VaswaniTransformerConfig
@@ -29,6 +33,7 @@ from .data import (
     train_test_split_fixed,
 )
 from .evaluation import dev_metrics, load_for_decoding, translate_and_score, write_scores
+from .hub import push_to_hub
 from .modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from .monitoring import (
     HealthCheck,
@@ -149,6 +154,15 @@ class TrainOptions:
         default_factory=lambda: ["I love you.", "Where is the train station?", "Tom is reading a book."],
         metadata=_help("sentences translated at the end"),
     )
+    # --- sharing and logging
+    push_to_hub: str | None = field(
+        default=None, metadata=_help("Hub repo id (user/name): push the final model with its model card")
+    )
+    hub_private: bool = field(default=False, metadata=_help("with --push_to_hub: create the repo private"))
+    report_to: list[str] = field(
+        default_factory=list,
+        metadata=_help("also log to these trackers, e.g. tensorboard (installed separately); default none"),
+    )
 
     def __post_init__(self) -> None:
         self.output_dir, self.data_dir = Path(self.output_dir), Path(self.data_dir)
@@ -237,6 +251,7 @@ class TrainResult:
     dev_scores: dict | None
     train_seconds: float
     example_translations: dict[str, str]
+    hub_url: str | None = None
 
 
 @dataclass
@@ -261,6 +276,19 @@ def check_inputs(options: TrainOptions) -> None:
             hint = " (recipe paths start at --data_dir)" if options.recipe else ""
             raise FileNotFoundError(f"--{name} {value}: no such file{hint}.")
     options.model_config()
+    _check_sharing(options)
+
+
+def _check_sharing(options: TrainOptions) -> None:
+    """A push needs a valid repo id and a token, a tracker must be installed: known before training starts."""
+    if options.push_to_hub is not None:
+        validate_repo_id(options.push_to_hub)
+        if get_token() is None:
+            raise ValueError(
+                f"--push_to_hub {options.push_to_hub} needs a Hub token: run `hf auth login` or set HF_TOKEN."
+            )
+    if "tensorboard" in options.report_to and not is_tensorboard_available():
+        raise ValueError("--report_to tensorboard needs TensorBoard: pip install tensorboard.")
 
 
 def _log_loaded(stats: LoadStats, split: str) -> None:
@@ -395,6 +423,7 @@ def _training_arguments(options: TrainOptions, config: VaswaniTransformerConfig)
         seed=options.seed,
         gradient_accumulation_steps=options.gradient_accumulation_steps,
         per_device_eval_batch_size=options.eval_batch_size,
+        report_to=options.report_to or "none",
     )
 
 
@@ -519,6 +548,23 @@ def evaluate_final_model(
     return scores, dev_scores, translations
 
 
+def _write_training_run(trainer: TokenBudgetSeq2SeqTrainer, train_seconds: float, folder: Path) -> None:
+    """How the model was trained (steps, time, hardware, versions), for its model card."""
+    args = trainer.args
+    if torch.cuda.is_available():
+        hardware = f"{args.world_size} × {torch.cuda.get_device_name()}"
+    else:
+        hardware = f"{args.world_size} × CPU process ({torch.get_num_threads()} threads)"
+    run = {
+        "steps": trainer.state.global_step,
+        "train_seconds": round(train_seconds, 1),
+        "hardware": hardware,
+        "mixed_precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+    (folder / "training_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+
+
 def _write_options(options: TrainOptions, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     text = json.dumps(asdict(options), default=str, indent=2) + "\n"
@@ -565,6 +611,11 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     model_dir = _final_model_dir(options, trainer)
     tokenizer.save_pretrained(model_dir)
     _write_options(options, model_dir)
+    _write_training_run(trainer, train_seconds, model_dir)
     plot_training_curve(trainer.state.log_history, model_dir / "training_curve.png", unigram_floor=floor)
     scores, dev_scores, examples = evaluate_final_model(options, model_dir, corpora, advice)
-    return TrainResult(model_dir, scores, dev_scores, train_seconds, examples)
+    hub_url = None
+    if options.push_to_hub is not None:
+        hub_url = push_to_hub(model_dir, options.push_to_hub, private=options.hub_private)
+        logger.info(f"pushed to the Hub: {hub_url}")
+    return TrainResult(model_dir, scores, dev_scores, train_seconds, examples, hub_url)

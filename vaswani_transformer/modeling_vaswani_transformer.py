@@ -312,6 +312,15 @@ class VaswaniTransformerPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             init.zeros_(module.bias)
 
+    def save_pretrained(self, save_directory: Any, *args: Any, **kwargs: Any) -> None:
+        """As transformers saves, with `AutoModel` (the encoder-decoder body) in the remote-code `auto_map` too,
+        so that every saved model of this family loads with both Auto classes and `trust_remote_code=True`."""
+        if self._auto_class is not None:
+            module = type(self).__module__.rpartition(".")[2]
+            auto_map = getattr(self.config, "auto_map", None) or {}
+            self.config.auto_map = {**auto_map, "AutoModel": f"{module}.VaswaniTransformerModel"}
+        super().save_pretrained(save_directory, *args, **kwargs)
+
 
 def _make_positions(config: VaswaniTransformerConfig) -> nn.Module:
     """The §3.5 sinusoids, or Table 3 row (E)'s learned table."""

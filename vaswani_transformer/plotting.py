@@ -1,15 +1,22 @@
-"""Figures people would rather see than read: the training curve and the §3.5 positional encodings.
+"""Figures people would rather see than read: the training curve, attention (§3.2) and positions (§3.5).
 
 Figures are built with matplotlib's object API (`Figure`), so importing this module changes no global state.
 """
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from matplotlib.figure import Figure
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .modeling_vaswani_transformer import VaswaniTransformerSinusoidalPositionalEncoding
+from .modeling_vaswani_transformer import VaswaniTransformerSinusoidalPositionalEncoding, shift_tokens_right
+from .translate import translate
+
+AttentionKind = Literal["cross", "encoder", "decoder"]
 
 
 def _series(log_history: Sequence[dict], key: str) -> tuple[list[int], list[float]]:
@@ -59,4 +66,124 @@ def plot_positional_encoding(d_model: int, length: int, path: str | Path) -> Pat
     figure.colorbar(image, ax=axis)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
+    return Path(path)
+
+
+@dataclass
+class AttentionMaps:
+    """One sentence pair's attention weights, padding removed, one (heads, queries, keys) tensor per layer.
+
+    `target_tokens[i]` is the token the decoder predicts at position i (the last is </s>); cross-attention row i
+    is where the decoder looked while predicting it.
+    """
+
+    source_tokens: list[str]
+    target_tokens: list[str]
+    encoder: list[torch.Tensor]  # per layer: (heads, src_len, src_len)
+    decoder: list[torch.Tensor]  # per layer: (heads, tgt_len, tgt_len)
+    cross: list[torch.Tensor]  # per layer: (heads, tgt_len, src_len)
+
+    def of(self, kind: AttentionKind) -> tuple[list[torch.Tensor], list[str], list[str]]:
+        """The layers of one kind of attention with their query and key tokens."""
+        if kind == "encoder":
+            return self.encoder, self.source_tokens, self.source_tokens
+        if kind == "decoder":
+            return self.decoder, self.target_tokens, self.target_tokens
+        return self.cross, self.target_tokens, self.source_tokens
+
+
+@torch.inference_mode()
+def attention_maps(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: Sequence[str],
+    translations: Sequence[str] | None = None,
+) -> list[AttentionMaps]:
+    """Attention weights of the model reading `sources` and producing `translations` (default: its own).
+
+    The sentences run as one padded batch through eager attention (sdpa returns no weights); each result keeps
+    only its real tokens.
+    """
+    if translations is None:
+        translations = translate(sources, model, tokenizer)
+    if len(translations) != len(sources):
+        raise ValueError(f"{len(sources)} sources but {len(translations)} translations.")
+    device = model.device
+    source = tokenizer(list(sources), padding=True, return_tensors="pt").to(device)
+    labels = tokenizer(list(translations), padding=True, return_tensors="pt").to(device)
+    config = model.config
+    decoder_input_ids = shift_tokens_right(
+        labels["input_ids"], config.pad_token_id, config.decoder_start_token_id
+    )
+    implementation, was_training = model.config._attn_implementation, model.training
+    model.set_attn_implementation("eager")
+    model.eval()
+    try:
+        outputs = model(
+            input_ids=source["input_ids"],
+            attention_mask=source["attention_mask"],
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=labels["attention_mask"],
+            output_attentions=True,
+        )
+    finally:
+        model.set_attn_implementation(implementation)
+        model.train(was_training)
+    maps = []
+    for index in range(len(sources)):
+        src_len, tgt_len = (
+            int(source["attention_mask"][index].sum()),
+            int(labels["attention_mask"][index].sum()),
+        )
+        maps.append(
+            AttentionMaps(
+                source_tokens=tokenizer.convert_ids_to_tokens(source["input_ids"][index, :src_len].tolist()),
+                target_tokens=tokenizer.convert_ids_to_tokens(labels["input_ids"][index, :tgt_len].tolist()),
+                encoder=[
+                    layer[index, :, :src_len, :src_len].float().cpu() for layer in outputs.encoder_attentions
+                ],
+                decoder=[
+                    layer[index, :, :tgt_len, :tgt_len].float().cpu() for layer in outputs.decoder_attentions
+                ],
+                cross=[
+                    layer[index, :, :tgt_len, :src_len].float().cpu() for layer in outputs.cross_attentions
+                ],
+            )
+        )
+    return maps
+
+
+def plot_attention(
+    maps: AttentionMaps, path: str | Path, *, kind: AttentionKind = "cross", layer: int = -1
+) -> Path:
+    """Every head of one layer in a grid, and their average, as heat maps with token labels and a colour bar."""
+    layers, query_tokens, key_tokens = maps.of(kind)
+    if not -len(layers) <= layer < len(layers):
+        raise ValueError(
+            f"layer {layer} does not exist: the model has {len(layers)} layers of {kind} attention."
+        )
+    weights = layers[layer]
+    panels = [*weights, weights.mean(0)]
+    titles = [f"head {head + 1}" for head in range(len(weights))] + ["average of the heads"]
+    columns = math.ceil(math.sqrt(len(panels)))
+    rows = math.ceil(len(panels) / columns)
+    cell = 0.16 * max(len(key_tokens), len(query_tokens)) + 1.2
+    figure = Figure(figsize=(columns * cell + 1.2, rows * cell + 0.8), layout="constrained")
+    axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    for axis, panel, title in zip(axes, panels, titles, strict=False):
+        image = axis.imshow(panel.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        axis.set_title(title, fontsize=9)
+        axis.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=7)
+        axis.set_yticks(range(len(query_tokens)), query_tokens, fontsize=7)
+    for axis in axes[len(panels) :]:
+        axis.set_visible(False)
+    number = layer % len(layers) + 1
+    names = {
+        "cross": f"Encoder-decoder attention, decoder layer {number} of {len(layers)} (rows: target, columns: source)",
+        "encoder": f"Encoder self-attention, layer {number} of {len(layers)}",
+        "decoder": f"Decoder self-attention (masked), layer {number} of {len(layers)}",
+    }
+    figure.suptitle(names[kind])
+    figure.colorbar(image, ax=list(axes[: len(panels)]), shrink=0.6, label="attention weight")
+    figure.savefig(path, dpi=110)
     return Path(path)

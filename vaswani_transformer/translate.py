@@ -1,11 +1,19 @@
-"""Batched translation with the paper's decoding settings (transformers v5 has no `translation` pipeline)."""
+"""Batched translation with the paper's decoding settings, as a function and as a registered pipeline.
+
+transformers v5 has no `translation` pipeline; `VaswaniTranslationPipeline` is registered as
+"vaswani-translation" (by `import vaswani_transformer`) and travels with pushed models as remote code, so
+`pipeline("vaswani-translation", model=..., trust_remote_code=True)` works without this package installed.
+This file is shipped as remote code: it imports only torch, tqdm and transformers.
+"""
 
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import Pipeline, PreTrainedModel, PreTrainedTokenizerBase
+
+PIPELINE_TASK = "vaswani-translation"
 
 
 def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -47,3 +55,40 @@ def translate(
             results[index] = text.strip()
     model.train(was_training)
     return results
+
+
+class VaswaniTranslationPipeline(Pipeline):
+    """`pipeline("vaswani-translation", model=...)`: sentences in, `{"translation_text": ...}` out.
+
+    Keyword arguments of the call (`num_beams=1`, `max_new_tokens=...`) override the model's generation config,
+    which holds the paper's decoding (§6.1). Like transformers 4's translation pipeline, one sentence gives a
+    list with one result and a list of sentences gives one result per sentence; `batch_size=` batches them.
+    """
+
+    _load_processor = False
+    _load_image_processor = False
+    _load_video_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = True
+
+    def _sanitize_parameters(self, **generate_kwargs: Any) -> tuple[dict, dict, dict]:
+        return {}, generate_kwargs, {}
+
+    def preprocess(self, text: str) -> dict[str, torch.Tensor]:
+        if not isinstance(text, str):
+            raise TypeError(f"{PIPELINE_TASK} translates strings, got {type(text).__name__}.")
+        encoding = self.tokenizer(text, return_tensors="pt")
+        return {"input_ids": encoding["input_ids"], "attention_mask": encoding["attention_mask"]}
+
+    def _forward(
+        self, model_inputs: dict[str, torch.Tensor], **generate_kwargs: Any
+    ) -> dict[str, torch.Tensor]:
+        return {"output_ids": self.model.generate(**model_inputs, **generate_kwargs)}
+
+    def postprocess(self, model_outputs: dict[str, torch.Tensor]) -> dict[str, str]:
+        (text,) = self.tokenizer.batch_decode(model_outputs["output_ids"], skip_special_tokens=True)
+        return {"translation_text": text.strip()}
+
+    def __call__(self, inputs: str | list[str], **kwargs: Any) -> list[dict[str, str]]:
+        results = super().__call__(inputs, **kwargs)
+        return [results] if isinstance(inputs, str) else results

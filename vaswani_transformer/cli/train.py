@@ -8,6 +8,7 @@ recipe runs: a model on the embedded Tatoeba English-German corpus, sized for a 
     python scripts/train.py --recipe multi30k                 # Multi30k En-De from ../shared/data
     python scripts/train.py --recipe multi30k --data_dir DIR  # ... from DIR/multi30k, DIR/multi30k-tok
     python scripts/train.py --recipe multi30k --preset base --lr_scale 0.72 --output_dir runs/m30k-base
+    python scripts/train.py --push_to_hub you/tatoeba-en-de --report_to tensorboard   # share, live curves
     accelerate launch --multi_gpu --num_processes 8 scripts/train.py --recipe wmt14-base
 
 Exit status: 0 on success, 2 for bad options or inputs (before any training), 3 when training diverged or
@@ -38,7 +39,9 @@ def parse_options(argv: Sequence[str] | None = None) -> TrainOptions:
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument("--recipe", default=DEFAULT_RECIPE)
     recipe = first.parse_known_args(argv)[0].recipe
-    parser = HfArgumentParser(TrainOptions, description=__doc__, formatter_class=HelpFormatter)
+    parser = HfArgumentParser(
+        TrainOptions, prog="vaswani-train", description=__doc__, formatter_class=HelpFormatter
+    )
     parser.epilog = f"recipes: {', '.join(available_recipes())} (vaswani_transformer/recipes/*.yaml)"
     parser.set_defaults(**load_recipe(recipe, allowed=option_names()), recipe=recipe)
     (options,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
@@ -56,6 +59,8 @@ def _report(result) -> None:
     for source, translation in result.example_translations.items():
         print(f"  {source}  ->  {translation}")
     print(json.dumps({"model_dir": str(result.model_dir), "scores": str(result.model_dir / "scores.json")}))
+    if result.hub_url is not None:
+        print(f"pushed to the Hub: {result.hub_url}")
     print(
         f"model saved to {result.model_dir}: AutoModelForSeq2SeqLM / AutoTokenizer.from_pretrained(...) after "
         "`import vaswani_transformer`, or with trust_remote_code=True"

@@ -1,0 +1,193 @@
+"""Sharing a trained model: the model card, the --local_dir folder, the upload, and loading without the package."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from vaswani_transformer.cli import push
+from vaswani_transformer.evaluation import load_for_decoding
+from vaswani_transformer.hub import REQUIRED_FILES, build_model_card, write_hub_folder
+from vaswani_transformer.translate import translate
+
+SENTENCES = ["I love you.", "Where is the train station?", "Tom is reading a book in the garden."]
+
+# Runs in a fresh interpreter in which `import vaswani_transformer` fails: only the folder's remote code can work.
+WITHOUT_PACKAGE = r"""
+import json, sys
+
+class NoPackage:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "vaswani_transformer":
+            raise ImportError("vaswani_transformer is not installed here")
+
+sys.meta_path.insert(0, NoPackage())
+from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+folder, sentences = sys.argv[1], json.loads(sys.argv[2])
+model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+translations = []
+for sentence in sentences:
+    output = model.generate(**tokenizer([sentence], return_tensors="pt"))
+    translations.append(tokenizer.decode(output[0], skip_special_tokens=True).strip())
+batch = tokenizer(sentences, padding=True, return_tensors="pt")
+logits = model(**batch, decoder_input_ids=batch["input_ids"][:, :4]).logits
+translator = pipeline("vaswani-translation", model=folder, trust_remote_code=True)
+body = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+hidden = body(**batch, decoder_input_ids=batch["input_ids"][:, :4]).last_hidden_state
+print(json.dumps({
+    "translations": translations,
+    "logits": logits.flatten().tolist(),
+    "hidden": hidden.flatten().tolist(),
+    "pipeline": [result["translation_text"] for result in translator(sentences)],
+    "model_class": type(model).__module__ + "." + type(model).__name__,
+    "body_class": type(body).__name__,
+    "pipeline_class": type(translator).__name__,
+}))
+"""
+
+
+def card_metadata(text: str) -> dict:
+    return yaml.safe_load(text.split("---")[1])
+
+
+def test_model_card_is_filled_from_config_options_and_scores(trained_run) -> None:
+    model_dir = trained_run.model_dir
+    scores = json.loads((model_dir / "scores.json").read_text())
+    run = json.loads((model_dir / "training_run.json").read_text())
+    card = build_model_card(model_dir, "tester/tatoeba-mini")
+    text = str(card)
+    assert "{{" not in text and "{%" not in text
+    metadata = card_metadata(text)
+    assert metadata["language"] == ["en", "de"]
+    assert metadata["license"] == "apache-2.0"
+    assert {"translation", "custom_code"} <= set(metadata["tags"])
+    assert metadata["pipeline_tag"] == "translation" and metadata["metrics"] == ["bleu"]
+    results = metadata["model-index"][0]["results"]
+    sacre = next(m for r in results for m in r["metrics"] if m["name"] == "sacreBLEU")
+    assert sacre["value"] == round(scores["sacrebleu"]["score"], 2)
+    assert sacre["config"] == scores["sacrebleu"]["signature"]
+    assert results[0]["task"]["type"] == "translation"
+    model, _ = load_for_decoding(model_dir, device="cpu")
+    assert f"| Parameters | {model.num_parameters():,} |" in text
+    assert "beam 2" in text  # the decoding actually used for the scores (--num_beams 2), not the default
+    assert "CC-BY 2.0" in text and "tatoeba.org" in text  # data credit
+    assert run["hardware"] in text and f"{run['steps']:,} steps" in text
+    assert 'AutoModelForSeq2SeqLM.from_pretrained("tester/tatoeba-mini", trust_remote_code=True)' in text
+
+
+def test_local_dir_loads_and_translates_identically_without_the_package(trained_run, tmp_path: Path) -> None:
+    folder = tmp_path / "hub"
+    assert (
+        push.main(
+            [str(trained_run.model_dir), "--repo_id", "tester/tatoeba-mini", "--local_dir", str(folder)]
+        )
+        == 0
+    )
+    names = {path.name for path in folder.iterdir()}
+    assert set(REQUIRED_FILES) | {"README.md", "translate.py", "scores.json", "training_curve.png"} <= names
+    assert not names & {"hypotheses.txt", "optimizer.pt", "training_args.bin"}  # no pickles, no test outputs
+    model, tokenizer = load_for_decoding(trained_run.model_dir, device="cpu")
+    expected = translate(SENTENCES, model, tokenizer)
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    completed = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PACKAGE, str(folder), json.dumps(SENTENCES)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    result_line = [line for line in completed.stdout.splitlines() if line.startswith('{"translations"')]
+    assert result_line, completed.stdout[:1000]
+    loaded = json.loads(result_line[0])
+    assert loaded["model_class"].startswith("transformers_modules.")  # the folder's code, not the package's
+    assert loaded["model_class"].endswith("VaswaniTransformerForConditionalGeneration")
+    assert loaded["body_class"] == "VaswaniTransformerModel"
+    assert loaded["pipeline_class"] == "VaswaniTranslationPipeline"
+    assert loaded["translations"] == expected
+    assert loaded["pipeline"] == expected
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch, decoder_input_ids=batch["input_ids"][:, :4]).logits
+        hidden = model.model(**batch, decoder_input_ids=batch["input_ids"][:, :4]).last_hidden_state
+    torch.testing.assert_close(torch.tensor(loaded["logits"]), logits.flatten(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.tensor(loaded["hidden"]), hidden.flatten(), rtol=1e-5, atol=1e-5)
+
+
+def test_local_dir_refuses_a_non_empty_folder_and_an_incomplete_model(
+    trained_run, tmp_path: Path, capsys
+) -> None:
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "notes.txt").write_text("keep me")
+    args = ["--repo_id", "tester/x", "--local_dir"]
+    assert push.main([str(trained_run.model_dir), *args, str(occupied)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert (occupied / "notes.txt").read_text() == "keep me"
+    incomplete = tmp_path / "incomplete"
+    incomplete.mkdir()
+    (incomplete / "config.json").write_text((trained_run.model_dir / "config.json").read_text())
+    assert push.main([str(incomplete), *args, str(tmp_path / "out")]) == 2
+    assert "model.safetensors" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    with pytest.raises(SystemExit):
+        push.main(
+            [str(trained_run.model_dir), "--repo_id", "not a repo id", "--local_dir", str(tmp_path / "o")]
+        )
+
+
+def test_train_push_to_hub_sends_the_folder_in_one_commit(trained_run, tmp_path: Path) -> None:
+    """The miniature main job ran with --push_to_hub: the (fake) Hub got the repo and exactly the folder."""
+    requests = [(method, path) for method, path, _ in trained_run.hub.requests]
+    assert ("POST", "/api/repos/create") in requests
+    (path, header, files), = trained_run.hub.commits()  # fmt: skip
+    assert path == "/api/models/tester/tatoeba-mini/commit/main"
+    assert "final" in header["summary"]
+    expected = tmp_path / "expected"
+    write_hub_folder(trained_run.model_dir, expected, "tester/tatoeba-mini")
+    assert set(files) == {file.name for file in expected.iterdir()}
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "translate.py"):
+        assert files[name] == (expected / name).read_bytes()
+    assert card_metadata(files["README.md"].decode())["model-index"]
+
+
+def test_push_cli_private_repo_on_a_branch(trained_run, fake_hub, capsys) -> None:
+    status = push.main([
+        str(trained_run.model_dir), "--repo_id", "tester/private-mini", "--private", "--revision", "v1",
+        "--commit_message", "first release",
+    ])  # fmt: skip
+    hub = fake_hub
+    assert status == 0
+    created = next(json.loads(body) for method, path, body in hub.requests if path == "/api/repos/create")
+    assert created == {"name": "private-mini", "organization": "tester", "visibility": "private"}
+    assert ("POST", "/api/models/tester/private-mini/branch/v1") in [(m, p) for m, p, _ in hub.requests]
+    (path, header, files), = hub.commits()  # fmt: skip
+    assert path.endswith("/commit/v1") and header["summary"] == "first release"
+    assert "pushed" in capsys.readouterr().out
+
+
+def test_sharing_options_are_checked_before_training(monkeypatch, tmp_path: Path) -> None:
+    from vaswani_transformer.experiment import TrainOptions, check_inputs
+
+    with pytest.raises(ValueError, match="Repo id"):
+        check_inputs(TrainOptions.from_recipe("tatoeba", push_to_hub="not a repo id"))
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "token"))  # no stored login either
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "stored_tokens"))
+    with pytest.raises(ValueError, match="needs a Hub token: run `hf auth login` or set HF_TOKEN"):
+        check_inputs(TrainOptions.from_recipe("tatoeba", push_to_hub="tester/model"))
+
+
+def test_report_to_tensorboard_writes_live_curves(trained_run) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = trained_run.output_dir.rglob("events.out.tfevents.*")
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    losses = accumulator.Scalars("train/loss")
+    assert [event.step for event in losses] == [20, 40, 60]

@@ -1,0 +1,62 @@
+"""The built wheel: the card template, the remote-code pipeline and every console command ship in it."""
+
+import importlib
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+COMMANDS = {
+    "vaswani-train",
+    "vaswani-translate",
+    "vaswani-evaluate",
+    "vaswani-average",
+    "vaswani-push",
+    "vaswani-plot-attention",
+    "vaswani-plot-positional-encoding",
+}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    """A wheel built from a copy of the sources (the build leaves nothing in the checkout)."""
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md", "model_card.md"):
+        shutil.copy2(REPO / name, source / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    shutil.copytree(
+        REPO / "vaswani_transformer", source / "vaswani_transformer", symlinks=True, ignore=ignore
+    )
+    dist = tmp_path_factory.mktemp("dist")
+    build = [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q"]
+    subprocess.run([*build, "-w", str(dist)], check=True, capture_output=True, timeout=300)
+    (path,) = dist.glob("vaswani_transformer-*.whl")
+    return zipfile.ZipFile(path)
+
+
+def test_wheel_ships_the_model_card_template_and_the_remote_code(wheel: zipfile.ZipFile) -> None:
+    assert wheel.read("vaswani_transformer/model_card.md") == (REPO / "model_card.md").read_bytes()
+    names = set(wheel.namelist())
+    for module in ("translate", "hub", "modeling_vaswani_transformer", "configuration_vaswani_transformer"):
+        assert f"vaswani_transformer/{module}.py" in names
+    assert {
+        "vaswani_transformer/recipes/tatoeba.yaml",
+        "vaswani_transformer/corpora/tatoeba_en_de/deu.txt.gz",
+    } <= names
+
+
+def test_every_console_command_is_declared_and_answers_help(wheel: zipfile.ZipFile, capsys) -> None:
+    (entry_points,) = [name for name in wheel.namelist() if name.endswith("entry_points.txt")]
+    lines = wheel.read(entry_points).decode().splitlines()
+    commands = dict(line.split(" = ") for line in lines if " = " in line)
+    assert set(commands) == COMMANDS
+    for command, target in sorted(commands.items()):
+        module, function = target.split(":")
+        with pytest.raises(SystemExit) as exit_info:
+            getattr(importlib.import_module(module), function)(["--help"])
+        assert exit_info.value.code == 0, command
+        assert f"usage: {command}" in capsys.readouterr().out

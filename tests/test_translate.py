@@ -1,0 +1,66 @@
+"""Translating: translate(), the registered `vaswani-translation` pipeline and the `vaswani-translate` command."""
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import pipeline
+
+from vaswani_transformer.cli import translate as translate_cli
+from vaswani_transformer.evaluation import load_for_decoding
+from vaswani_transformer.translate import translate
+
+SENTENCES = ["I love you.", "Where is the train station?", "Tom is reading a book in the garden."]
+
+
+@pytest.fixture(scope="module")
+def loaded(trained_run):
+    return load_for_decoding(trained_run.model_dir, device="cpu")
+
+
+def test_pipeline_gives_the_translations_of_translate(trained_run, loaded) -> None:
+    expected = translate(SENTENCES, *loaded)
+    translator = pipeline("vaswani-translation", model=str(trained_run.model_dir))
+    assert translator(SENTENCES[0]) == [{"translation_text": expected[0]}]
+    assert [r["translation_text"] for r in translator(SENTENCES)] == expected
+    assert [r["translation_text"] for r in translator(SENTENCES, batch_size=3)] == expected  # padded batch
+    greedy = translate(SENTENCES, *loaded, num_beams=1)
+    assert [r["translation_text"] for r in translator(SENTENCES, num_beams=1)] == greedy
+
+
+def test_translate_command_keeps_one_output_line_per_input_line(
+    trained_run, loaded, monkeypatch, capsys
+) -> None:
+    # A blank line stays blank; U+2028 and a form feed are inside a sentence, not line ends.
+    text = "I love you.\n\nWhere is the train station?\u2028Now.\nTom is\freading.\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8"))
+    assert translate_cli.main([str(trained_run.model_dir), "--num-beams", "1", "--batch_size", "2"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.split("\n")
+    assert lines[-1] == "" and len(lines[:-1]) == 4
+    sources = ["I love you.", "Where is the train station?\u2028Now.", "Tom is\freading."]
+    expected = translate(sources, *loaded, num_beams=1)
+    assert lines[:-1] == [expected[0], "", expected[1], expected[2]]
+    assert "translating" in captured.err  # progress on stderr, never mixed into the translations
+
+
+def test_translate_command_reads_files_and_uses_the_models_decoding(
+    trained_run, loaded, tmp_path: Path, capsys
+) -> None:
+    first, second = tmp_path / "a.en", tmp_path / "b.en"
+    first.write_text("I love you.\n", encoding="utf-8")
+    second.write_text("Where is the train station?", encoding="utf-8")  # no final newline
+    assert translate_cli.main([str(trained_run.model_dir), str(first), str(second), "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.splitlines() == translate(SENTENCES[:2], *loaded)  # beam 4, α 0.6
+
+
+def test_translate_command_rejects_bad_arguments_before_loading(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        translate_cli.main(["model", "--num_beams", "0"])
+    assert exit_info.value.code == 2 and "--num_beams must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        translate_cli.main(["model", str(tmp_path / "missing.en")])
+    assert "no such file" in capsys.readouterr().err
+    assert translate_cli.main([str(tmp_path / "no-model"), "--device", "cpu"]) == 2  # never a Hub call
+    assert "no such model folder" in capsys.readouterr().err

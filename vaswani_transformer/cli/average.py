@@ -1,0 +1,33 @@
+"""Average the last N Trainer checkpoints of a run into one loadable model (paper: 5 for base, 20 for big).
+
+vaswani-average runs/wmt14-base --last 5 --output runs/wmt14-base/averaged
+"""
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..checkpoints import average_last
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line arguments."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="vaswani-average", description=__doc__, formatter_class=formatter)
+    parser.add_argument("run_dir", type=Path, help="Trainer output_dir holding checkpoint-<step> folders")
+    parser.add_argument("--last", type=int, default=5, help="how many of the latest checkpoints to average")
+    parser.add_argument("--output", type=Path, default=None, help="output folder (default: RUN_DIR/averaged)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Average the checkpoints and print where the averaged model was written; returns the exit status."""
+    args = parse_args(argv)
+    output_dir = args.output if args.output is not None else args.run_dir / "averaged"
+    print(average_last(args.run_dir, args.last, output_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

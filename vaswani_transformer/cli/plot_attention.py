@@ -1,0 +1,76 @@
+r"""Draw what attention does for one sentence: every head of a layer and their average, as PNG heat maps.
+
+The model translates the sentence with its own decoding (or takes --translation), then one forward pass with
+eager attention records the weights. Writes cross_attention_layer<L>.png (rows: the translation's tokens,
+columns: the source's) and encoder_self_attention_layer<L>.png, or the kinds given with --kinds.
+
+    vaswani-plot-attention runs/tatoeba-en-de/final "Where is the train station?" --output_dir pictures
+    vaswani-plot-attention runs/tatoeba-en-de/final "I love you." --translation "Ich liebe dich." --layer 1
+"""
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..evaluation import load_for_decoding
+from ..plotting import attention_maps, plot_attention
+
+FILE_NAMES = {
+    "cross": "cross_attention_layer{}.png",
+    "encoder": "encoder_self_attention_layer{}.png",
+    "decoder": "decoder_self_attention_layer{}.png",
+}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line arguments."""
+    parser = argparse.ArgumentParser(
+        prog="vaswani-plot-attention",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("model", help="trained model folder or Hub id")
+    parser.add_argument("sentence", help="source sentence")
+    parser.add_argument("--translation", help="target sentence to force (default: the model's translation)")
+    parser.add_argument("--layer", type=int, default=-1, help="layer to draw, 1 = first, -1 = last")
+    parser.add_argument("--kinds", nargs="+", choices=sorted(FILE_NAMES), default=["cross", "encoder"])
+    parser.add_argument(
+        "--output_dir", "--output-dir", type=Path, default=Path("."), help="folder for the PNGs"
+    )
+    args = parser.parse_args(argv)
+    if args.layer == 0:
+        parser.error("--layer counts from 1 (first) or from -1 (last)")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Translate, record attention, draw; returns the exit status."""
+    args = parse_args(argv)
+    try:
+        model, tokenizer = load_for_decoding(args.model, device="cpu")
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    translations = None if args.translation is None else [args.translation]
+    (maps,) = attention_maps(model, tokenizer, [args.sentence], translations)
+    print(f"{args.sentence}  ->  {tokenizer.convert_tokens_to_string(maps.target_tokens[:-1])}")
+    layer = args.layer - 1 if args.layer > 0 else args.layer
+    for kind in args.kinds:
+        count = len(maps.of(kind)[0])
+        if not -count <= layer < count:
+            print(
+                f"error: --layer {args.layer}: the model has {count} layers of {kind} attention.",
+                file=sys.stderr,
+            )
+            return 2
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    for kind in args.kinds:
+        number = layer % len(maps.of(kind)[0]) + 1
+        path = plot_attention(maps, args.output_dir / FILE_NAMES[kind].format(number), kind=kind, layer=layer)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

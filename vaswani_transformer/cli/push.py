@@ -1,0 +1,73 @@
+r"""Publish a trained model on the Hugging Face Hub, with a model card filled from its config, options and scores.
+
+The upload holds the weights (safetensors), configs, tokenizer, the model's code and the `vaswani-translation`
+pipeline as remote code, scores, training curve and the card (README.md): it loads with
+`AutoModelForSeq2SeqLM`, `AutoModel`, `AutoTokenizer` and `pipeline("vaswani-translation", ...)` with
+`trust_remote_code=True`, without this package installed. The token comes from --token, HF_TOKEN or
+`hf auth login`. --local_dir writes exactly the uploaded files to a folder instead (no network).
+
+    vaswani-push runs/tatoeba-en-de/final --repo_id you/tatoeba-en-de
+    vaswani-push runs/tatoeba-en-de/final --repo_id you/tatoeba-en-de --private --revision v1
+    vaswani-push runs/tatoeba-en-de/final --repo_id you/tatoeba-en-de --local_dir hub/tatoeba-en-de
+"""
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+from ..hub import push_to_hub, write_hub_folder
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line arguments (`--repo_id` and `--repo-id` both work)."""
+    parser = argparse.ArgumentParser(
+        prog="vaswani-push", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("model_dir", type=Path, help="trained model folder (e.g. runs/tatoeba-en-de/final)")
+    parser.add_argument("--repo_id", "--repo-id", required=True, help="Hub repo, user/name or org/name")
+    parser.add_argument("--private", action="store_true", help="create the repo private")
+    parser.add_argument("--revision", help="branch to commit to (created if missing; default main)")
+    parser.add_argument("--commit_message", "--commit-message", help="commit message")
+    parser.add_argument("--token", help="Hub token (default: HF_TOKEN or `hf auth login`)")
+    parser.add_argument(
+        "--local_dir",
+        "--local-dir",
+        type=Path,
+        help="write the files to this new folder instead of uploading",
+    )
+    args = parser.parse_args(argv)
+    try:
+        validate_repo_id(args.repo_id)
+    except HFValidationError as error:
+        parser.error(f"--repo_id: {error}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the Hub folder or push it; returns the exit status (2 for a bad folder or arguments)."""
+    args = parse_args(argv)
+    try:
+        if args.local_dir is not None:
+            files = write_hub_folder(args.model_dir, args.local_dir, args.repo_id)
+            print(f"wrote {len(files)} files to {args.local_dir}: {', '.join(path.name for path in files)}")
+        else:
+            url = push_to_hub(
+                args.model_dir,
+                args.repo_id,
+                private=args.private,
+                revision=args.revision,
+                commit_message=args.commit_message,
+                token=args.token,
+            )
+            print(f"pushed {args.model_dir} to {url}")
+    except (FileNotFoundError, FileExistsError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,324 @@
+"""Share a trained model: its model card, the folder that goes to the Hub, and the push.
+
+`write_hub_folder` writes exactly what `push_to_hub` uploads (weights, configs, tokenizer, the model's code and
+the translation pipeline as remote code, scores, training curve, options and the card), so a `--local_dir`
+folder and a pushed repo load alike, with or without this package installed.
+"""
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from .evaluation import decoding_settings
+from .translate import PIPELINE_TASK, VaswaniTranslationPipeline, translate
+
+REQUIRED_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "configuration_vaswani_transformer.py",
+    "modeling_vaswani_transformer.py",
+)
+OPTIONAL_FILES = (
+    "special_tokens_map.json",
+    "scores.json",
+    "dev_scores.json",
+    "train_options.json",
+    "training_run.json",
+    "training_curve.png",
+)
+PIPELINE_FILE = "translate.py"
+CARD_FILE = "README.md"
+NOT_RECORDED = "not recorded (the folder has no train_options.json, which vaswani-train writes)"
+LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French"}
+# Hub dataset ids of the recipes' corpora, for the card's metadata (the embedded Tatoeba corpus has none).
+MULTI30K_CREDIT = (
+    "Multi30k (Elliott et al., 2016, W16-3210), derived from Flickr30K: for non-commercial research and "
+    "educational use only, as its authors state."
+)
+WMT14_CREDIT = "WMT 2014 English-German (Bojar et al., 2014): see the licences of its component corpora."
+RECIPE_DATASETS = {
+    "multi30k": ("bentrevett/multi30k", "Multi30k Task 1 (Elliott et al., 2016)", MULTI30K_CREDIT),
+    "wmt14-base": ("wmt/wmt14", "WMT 2014 English-German", WMT14_CREDIT),
+    "wmt14-big": ("wmt/wmt14", "WMT 2014 English-German", WMT14_CREDIT),
+}
+TATOEBA = "Tatoeba English-German sentence pairs (tatoeba.org, via manythings.org/anki)"
+TATOEBA_CREDIT = (
+    "The embedded training corpus is Tatoeba's English-German sentence pairs, © tatoeba.org contributors, "
+    "licensed CC-BY 2.0 France (https://creativecommons.org/licenses/by/2.0/fr/), in the tab-separated "
+    "release of https://www.manythings.org/anki/."
+)
+
+
+@dataclass
+class TrainedModel:
+    """What a run folder says about its model: config, decoding, options, scores, how it was trained, and
+    the model's translation of the first example sentence."""
+
+    folder: Path
+    config: Any
+    decoding: dict[str, Any]
+    options: dict[str, Any]
+    scores: dict[str, Any] | None
+    run: dict[str, Any]
+    num_parameters: int
+    example: tuple[str, str]
+
+
+def check_model_folder(model_dir: str | Path) -> Path:
+    """The folder, if it holds a complete saved model; otherwise a FileNotFoundError naming what is missing."""
+    folder = Path(model_dir)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such folder (give the final model folder of a training run).")
+    missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{folder} is not a complete saved model: {', '.join(missing)} missing. Push the `final` folder "
+            "written by vaswani-train, or save with model.save_pretrained() and tokenizer.save_pretrained() "
+            "after `import vaswani_transformer`."
+        )
+    return folder
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def read_trained_model(model_dir: str | Path) -> TrainedModel:
+    """Everything the model card reports, read from a saved model folder."""
+    folder = check_model_folder(model_dir)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder)
+    options = _json(folder / "train_options.json") or {}
+    source = (options.get("examples") or ["A man is reading a book."])[0]
+    (translation,) = translate([source], model, AutoTokenizer.from_pretrained(folder))
+    return TrainedModel(
+        folder=folder,
+        config=model.config,
+        decoding=decoding_settings(model),
+        options=options,
+        scores=_json(folder / "scores.json"),
+        run=_json(folder / "training_run.json") or {},
+        num_parameters=model.num_parameters(),
+        example=(source, translation),
+    )
+
+
+def _training_data(options: dict[str, Any]) -> tuple[str, str | None, str]:
+    """(description, Hub dataset id or None, credit) of the training corpus."""
+    if not options:
+        return NOT_RECORDED, None, "Not recorded."
+    if options.get("train_source") is None:
+        return TATOEBA, None, TATOEBA_CREDIT
+    files = f"{options['train_source']} / {options.get('train_target')}"
+    default = (None, files, f"Training data: {files}; see its own licence and citation.")
+    hub_id, description, credit = RECIPE_DATASETS.get(options.get("recipe") or "", default)
+    return description, hub_id, credit
+
+
+def _eval_results(trained: TrainedModel, dataset_id: str | None, dataset_name: str) -> list[EvalResult]:
+    """The measured BLEU scores as model-index entries (sacreBLEU with its signature, and tokenised BLEU)."""
+    if trained.scores is None:
+        return []
+    scores = trained.scores
+    common = {
+        "task_type": "translation",
+        "task_name": "Translation",
+        "dataset_type": dataset_id or "tatoeba",
+        "dataset_name": f"{dataset_name}, test: {_test_set_name(trained)}",
+        "dataset_split": "test",
+        "metric_type": "bleu",
+    }
+    return [
+        EvalResult(
+            **common,
+            metric_value=round(scores["sacrebleu"]["score"], 2),
+            metric_name="sacreBLEU",
+            metric_config=scores["sacrebleu"]["signature"],
+        ),
+        EvalResult(
+            **common,
+            metric_value=round(scores["tokenized_bleu"]["score"], 2),
+            metric_name="tokenised BLEU (Moses)",
+            metric_config="tokenised BLEU on Moses-tokenised text, as papers report",
+        ),
+    ]
+
+
+def _evaluation_text(trained: TrainedModel) -> str:
+    if trained.scores is None:
+        return "Not evaluated: the folder has no scores.json (vaswani-evaluate writes one)."
+    scores = trained.scores
+    return (
+        "| test set | sentences | sacreBLEU | tokenised BLEU |\n| --- | --- | --- | --- |\n"
+        f"| {_test_set_name(trained)} | "
+        f"{scores['num_sentences']:,} | {scores['sacrebleu']['score']:.2f} | "
+        f"{scores['tokenized_bleu']['score']:.2f} |\n\n"
+        f"sacreBLEU signature: `{scores['sacrebleu']['signature']}`. Decoding: "
+        f"{_decoding_text(scores.get('decoding', trained.decoding))}."
+    )
+
+
+def _decoding_text(settings: dict[str, Any]) -> str:
+    beams = settings.get("num_beams", 1)
+    text = f"beam {beams}" if beams > 1 else "greedy"
+    if beams > 1:
+        form = "((5 + |Y|) / 6)^α" if settings.get("length_penalty_type") == "gnmt" else "|Y|^α"
+        text += f", length penalty α = {settings.get('length_penalty')} in the form {form}"
+    limit = settings.get("max_new_tokens", settings.get("max_length"))
+    return text + (f", output limit: {limit} tokens" if limit is not None else "")
+
+
+def _final_model_text(options: dict[str, Any]) -> str:
+    if options["final_model"] == "average":
+        return f"the average of the last {options['average_last']} checkpoints (§6.1)"
+    if options["final_model"] == "best":
+        return "the checkpoint with the best dev BLEU"
+    return "the weights after the last step"
+
+
+def _test_set_name(trained: TrainedModel) -> str:
+    test_source = trained.options.get("test_source")
+    if test_source:
+        return Path(test_source).name
+    return f"{trained.scores['num_sentences']:,} held-out pairs" if trained.scores else "held-out pairs"
+
+
+def _training_text(trained: TrainedModel, description: str) -> str:
+    """The Training section: data, recipe and schedule, hardware and time."""
+    options, run = trained.options, trained.run
+    if not options:
+        return "Not recorded: the folder has no train_options.json (vaswani-train writes one)."
+    lines = [
+        f"- Data: {description}",
+        f"- Recipe `{options.get('recipe') or 'custom'}`: {options['max_steps']:,} updates of batches of about "
+        f"{options['max_tokens']:,} source + {options['max_tokens']:,} target tokens per process, warm-up "
+        f"{options['warmup_steps']:,} steps, learning rate {options['lr_scale']:g} × eq. (3) of the paper, "
+        f"label smoothing 0.1; final model: {_final_model_text(options)}.",
+    ]
+    if run:
+        lines.append(
+            f"- Hardware and time: {run['hardware']}, {run['mixed_precision']}, {run['steps']:,} steps in "
+            f"{run['train_seconds'] / 60:.1f} min (torch {run['versions']['torch']}, "
+            f"transformers {run['versions']['transformers']})."
+        )
+    return "\n".join(lines)
+
+
+def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
+    """The model card of a trained folder: metadata (languages, licence, datasets, model-index) and text."""
+    trained = read_trained_model(model_dir)
+    options, config = trained.options, trained.config
+    source, target = options.get("source_lang"), options.get("target_lang")
+    description, dataset_id, credit = _training_data(options)
+    card_data = ModelCardData(
+        language=[source, target] if options else None,
+        license="apache-2.0",
+        library_name="transformers",
+        pipeline_tag="translation",
+        tags=["translation", "vaswani_transformer", "custom_code"],
+        datasets=[dataset_id] if dataset_id else None,
+        metrics=["bleu"],
+        model_name=repo_id.rpartition("/")[2],
+        eval_results=_eval_results(trained, dataset_id, description) or None,
+    )
+    template = resources.files("vaswani_transformer").joinpath("model_card.md").read_text(encoding="utf-8")
+    return ModelCard.from_template(
+        card_data,
+        template_str=template,
+        repo_id=repo_id,
+        language_pair=(
+            f"{LANGUAGE_NAMES.get(source, source)}→{LANGUAGE_NAMES.get(target, target)} translation"
+            if options
+            else "translation"
+        ),
+        example_source_literal=json.dumps(trained.example[0], ensure_ascii=False),
+        example_translation_literal=json.dumps(trained.example[1], ensure_ascii=False),
+        decoding=_decoding_text(trained.decoding),
+        preset=options.get("preset", "custom"),
+        d_model=config.d_model,
+        d_ff=config.d_ff,
+        num_heads=config.num_heads,
+        num_encoder_layers=config.num_encoder_layers,
+        num_decoder_layers=config.num_decoder_layers,
+        dropout=config.dropout,
+        num_parameters=f"{trained.num_parameters:,}",
+        vocab_size=f"{config.vocab_size:,}",
+        lowercase_note=", lowercased input" if options.get("lowercase") else "",
+        init_scheme=config.init_scheme,
+        training=_training_text(trained, description),
+        training_data_short=description.split(" (")[0] if options else "its training data",
+        evaluation=_evaluation_text(trained),
+        data_credit=credit,
+    )
+
+
+def _with_remote_pipeline(config_file: Path) -> None:
+    """Declare the translation pipeline (remote code in translate.py) and both Auto classes in config.json."""
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["auto_map"] = {
+        **config.get("auto_map", {}),
+        "AutoModel": "modeling_vaswani_transformer.VaswaniTransformerModel",
+    }
+    config["custom_pipelines"] = {
+        PIPELINE_TASK: {
+            "impl": f"{Path(PIPELINE_FILE).stem}.{VaswaniTranslationPipeline.__name__}",
+            "pt": ["AutoModelForSeq2SeqLM"],
+            "tf": [],
+            "type": "text",
+        }
+    }
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def write_hub_folder(model_dir: str | Path, local_dir: str | Path, repo_id: str) -> list[Path]:
+    """Write into `local_dir` (new or empty) exactly the files `push_to_hub` uploads; returns them."""
+    source = check_model_folder(model_dir)
+    destination = Path(local_dir)
+    if destination.exists() and any(destination.iterdir()):
+        raise FileExistsError(f"{destination} is not empty: give a new or empty folder for the Hub files.")
+    card = build_model_card(source, repo_id)  # before any file is written: fails on an unreadable folder
+    destination.mkdir(parents=True, exist_ok=True)
+    for name in REQUIRED_FILES + OPTIONAL_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, destination / name)
+    shutil.copy2(Path(__file__).with_name(PIPELINE_FILE), destination / PIPELINE_FILE)
+    _with_remote_pipeline(destination / "config.json")
+    card.save(destination / CARD_FILE)
+    return sorted(destination.iterdir())
+
+
+def push_to_hub(
+    model_dir: str | Path,
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    token: str | None = None,
+) -> str:
+    """Create (or reuse) the Hub repo and upload the model folder in one commit; returns the commit's URL.
+
+    The token comes from `token`, else from the usual places (HF_TOKEN, `hf auth login`).
+    """
+    api = HfApi(token=token)
+    with tempfile.TemporaryDirectory(prefix="vaswani-hub-") as staging:
+        write_hub_folder(model_dir, staging, repo_id)
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        if revision is not None:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        commit = api.upload_folder(
+            repo_id=repo_id,
+            folder_path=staging,
+            revision=revision,
+            commit_message=commit_message or f"Upload {Path(model_dir).name} (vaswani_transformer)",
+        )
+    return commit.commit_url
