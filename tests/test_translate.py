@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import pipeline
 
 from vaswani_transformer.cli import translate as translate_cli
@@ -62,5 +63,9 @@ def test_translate_command_rejects_bad_arguments_before_loading(tmp_path: Path, 
     with pytest.raises(SystemExit):
         translate_cli.main(["model", str(tmp_path / "missing.en")])
     assert "no such file" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            translate_cli.main(["model", "--device", "cuda"])
+        assert "no CUDA GPU" in capsys.readouterr().err
     assert translate_cli.main([str(tmp_path / "no-model"), "--device", "cpu"]) == 2  # never a Hub call
     assert "no such model folder" in capsys.readouterr().err

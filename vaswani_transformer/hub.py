@@ -40,22 +40,22 @@ PIPELINE_FILE = "translate.py"
 CARD_FILE = "README.md"
 NOT_RECORDED = "not recorded (the folder has no train_options.json, which vaswani-train writes)"
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French"}
-# Hub dataset ids of the recipes' corpora, for the card's metadata (the embedded Tatoeba corpus has none).
 MULTI30K_CREDIT = (
     "Multi30k (Elliott et al., 2016, W16-3210), derived from Flickr30K: for non-commercial research and "
     "educational use only, as its authors state."
 )
 WMT14_CREDIT = "WMT 2014 English-German (Bojar et al., 2014): see the licences of its component corpora."
+# Hub dataset id, name and credit of each recipe's corpus, for the card (the embedded Tatoeba corpus has no id).
 RECIPE_DATASETS = {
     "multi30k": ("bentrevett/multi30k", "Multi30k Task 1 (Elliott et al., 2016)", MULTI30K_CREDIT),
     "wmt14-base": ("wmt/wmt14", "WMT 2014 English-German", WMT14_CREDIT),
     "wmt14-big": ("wmt/wmt14", "WMT 2014 English-German", WMT14_CREDIT),
 }
 TATOEBA = "Tatoeba English-German sentence pairs (tatoeba.org, via manythings.org/anki)"
-TATOEBA_CREDIT = (
-    "The embedded training corpus is Tatoeba's English-German sentence pairs, © tatoeba.org contributors, "
-    "licensed CC-BY 2.0 France (https://creativecommons.org/licenses/by/2.0/fr/), in the tab-separated "
-    "release of https://www.manythings.org/anki/."
+TATOEBA_CREDIT = (  # as corpora/tatoeba_en_de/CREDIT.md
+    "The training pairs are sentences of the Tatoeba Project (https://tatoeba.org) and its contributors, "
+    "paired by https://www.manythings.org/anki/, licensed Creative Commons Attribution 2.0 (CC-BY 2.0 FR, "
+    "https://creativecommons.org/licenses/by/2.0/); attribution: www.manythings.org/anki and tatoeba.org."
 )
 
 
@@ -262,7 +262,8 @@ def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
 
 
 def _with_remote_pipeline(config_file: Path) -> None:
-    """Declare the translation pipeline (remote code in translate.py) and both Auto classes in config.json."""
+    """Declare the translation pipeline (remote code in translate.py) in config.json, and `AutoModel` in its
+    auto_map (which folders saved by earlier versions of this package lack)."""
     config = json.loads(config_file.read_text(encoding="utf-8"))
     config["auto_map"] = {
         **config.get("auto_map", {}),

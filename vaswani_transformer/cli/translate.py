@@ -13,8 +13,10 @@ import argparse
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..evaluation import load_for_decoding
 from ..translate import translate
@@ -47,6 +49,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for path in args.files:
         if not path.is_file():
             parser.error(f"{path}: no such file")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: this machine has no CUDA GPU (use --device cpu)")
     return args
 
 
@@ -67,7 +71,9 @@ def _device_and_dtype(device: str, dtype: str) -> tuple[str, torch.dtype]:
     return device, DTYPES[dtype]
 
 
-def translate_lines(lines: Sequence[str], model, tokenizer, **options) -> list[str]:
+def translate_lines(
+    lines: Sequence[str], model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, **options: Any
+) -> list[str]:
     """Translations of the non-blank lines, with blank lines kept blank, in input order."""
     filled = [index for index, line in enumerate(lines) if line.strip()]
     translations = translate([lines[index] for index in filled], model, tokenizer, **options)
