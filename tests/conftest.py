@@ -75,6 +75,7 @@ class FakeHub:
     def __init__(self, httpx: ModuleType) -> None:
         self.httpx = httpx
         self.requests: list[tuple[str, str, bytes]] = []
+        self.refuse_commits = False  # answer commits as a Hub without write access does
 
     def __call__(self, request):
         self.requests.append((request.method, request.url.path, request.content))
@@ -96,6 +97,8 @@ class FakeHub:
                     ]
                 },
             )
+        if "/commit/" in path and self.refuse_commits:
+            return respond(403, json={"error": "You don't have the rights to create a commit in this repo"})
         if "/commit/" in path:
             repo = path.removeprefix("/api/models/").split("/commit/")[0]
             return respond(

@@ -193,3 +193,15 @@ def test_report_to_tensorboard_writes_live_curves(trained_run) -> None:
     accumulator.Reload()
     losses = accumulator.Scalars("train/loss")
     assert [event.step for event in losses] == [20, 40, 60]
+
+
+def test_a_failed_push_keeps_the_run_and_says_how_to_retry(trained_run, fake_hub, caplog) -> None:
+    from vaswani_transformer.experiment import TrainOptions, _push_final_model
+
+    fake_hub.refuse_commits = True
+    options = TrainOptions.from_recipe("tatoeba", push_to_hub="tester/read-only")
+    assert _push_final_model(options, trained_run.model_dir) is None
+    (message,) = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    assert "pushing to tester/read-only failed" in message and "403" in message
+    assert f"vaswani-push {trained_run.model_dir} --repo_id tester/read-only" in message
+    assert (trained_run.model_dir / "model.safetensors").is_file()

@@ -548,6 +548,21 @@ def evaluate_final_model(
     return scores, dev_scores, translations
 
 
+def _push_final_model(options: TrainOptions, model_dir: Path) -> str | None:
+    """Push the final model; when the upload fails (network, permissions), say how to retry and return None:
+    the trained and scored model stays where it is."""
+    try:
+        url = push_to_hub(model_dir, options.push_to_hub, private=options.hub_private)
+    except OSError as error:  # huggingface_hub's HTTP errors are OSErrors
+        logger.error(
+            f"error: pushing to {options.push_to_hub} failed: {error}\nThe model is saved in {model_dir}; retry "
+            f"with: vaswani-push {model_dir} --repo_id {options.push_to_hub}"
+        )
+        return None
+    logger.info(f"pushed to the Hub: {url}")
+    return url
+
+
 def _write_training_run(trainer: TokenBudgetSeq2SeqTrainer, train_seconds: float, folder: Path) -> None:
     """How the model was trained (steps, time, hardware, versions), for its model card."""
     args = trainer.args
@@ -614,8 +629,5 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     _write_training_run(trainer, train_seconds, model_dir)
     plot_training_curve(trainer.state.log_history, model_dir / "training_curve.png", unigram_floor=floor)
     scores, dev_scores, examples = evaluate_final_model(options, model_dir, corpora, advice)
-    hub_url = None
-    if options.push_to_hub is not None:
-        hub_url = push_to_hub(model_dir, options.push_to_hub, private=options.hub_private)
-        logger.info(f"pushed to the Hub: {hub_url}")
+    hub_url = _push_final_model(options, model_dir) if options.push_to_hub is not None else None
     return TrainResult(model_dir, scores, dev_scores, train_seconds, examples, hub_url)

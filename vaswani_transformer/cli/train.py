@@ -12,7 +12,8 @@ recipe runs: a model on the embedded Tatoeba English-German corpus, sized for a 
     accelerate launch --multi_gpu --num_processes 8 scripts/train.py --recipe wmt14-base
 
 Exit status: 0 on success, 2 for bad options or inputs (before any training), 3 when training diverged or
-collapsed (the message says what to change; nothing is scored).
+collapsed (the message says what to change; nothing is scored), 4 when --push_to_hub failed (the model is
+saved and scored; the message says how to retry).
 """
 
 import argparse
@@ -82,9 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrainingFailure as failure:
         print(f"error: {failure}", file=sys.stderr)
         return 3
-    if result is not None:  # None: not the main process of a multi-process run
-        _report(result)
-    return 0
+    if result is None:  # not the main process of a multi-process run
+        return 0
+    _report(result)
+    return 4 if options.push_to_hub is not None and result.hub_url is None else 0
 
 
 if __name__ == "__main__":
