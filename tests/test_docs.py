@@ -43,7 +43,9 @@ def train_arguments(argv: list[str]) -> list[str] | None:
 
 
 @pytest.mark.parametrize("document", DOCUMENTS)
-def test_every_documented_train_command_parses_and_finds_its_data(document: str, shared_data: Path) -> None:
+def test_every_documented_train_command_parses_and_finds_its_data(
+    document: str, shared_data: Path, tmp_path: Path
+) -> None:
     commands = [
         arguments for argv in shell_commands(document) if (arguments := train_arguments(argv)) is not None
     ]
@@ -51,7 +53,10 @@ def test_every_documented_train_command_parses_and_finds_its_data(document: str,
     for arguments in commands:
         if "--help" in arguments:
             continue
-        options = parse_options([*arguments, "--data_dir", str(shared_data)])
+        # a fresh --output_dir: the documented one may hold a run in this checkout
+        options = parse_options(
+            [*arguments, "--data_dir", str(shared_data), "--output_dir", str(tmp_path / "run")]
+        )
         check_inputs(options)  # local files of the recipe exist, the model config builds
 
 

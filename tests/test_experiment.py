@@ -191,3 +191,46 @@ def test_two_process_distributed_training(shared_data: Path, tmp_path: Path) -> 
     )
     assert state["global_step"] == 6
     assert state["log_history"][-1]["epoch"] == pytest.approx(6 / math.ceil(batches / 2))  # 2 batches a step
+
+
+def tatoeba_files(tmp_path: Path, count: int) -> dict[str, str]:
+    """The first `count` embedded Tatoeba pairs as line-aligned train/test files (no ../shared needed)."""
+    from vaswani_transformer.data import load_tatoeba
+
+    pairs = load_tatoeba()[0].select(range(0, 20 * count, 20))
+    files = {}
+    for split, rows in (("train", pairs), ("test", pairs.select(range(5)))):
+        for side in ("source", "target"):
+            path = tmp_path / f"{split}.{side}"
+            path.write_text("\n".join(rows[side]) + "\n", encoding="utf-8")
+            files[f"{split}_{side}"] = str(path)
+    return files
+
+
+def test_a_run_folder_belongs_to_one_run(tmp_path: Path) -> None:
+    """Rerunning into an earlier run's folder stops before training unless --resume or --overwrite says what
+    to do with it; --overwrite deletes the old checkpoints, so none can be averaged into the new model."""
+    common = {
+        **tatoeba_files(tmp_path, 150), "output_dir": tmp_path / "run", "config_overrides": TINY,
+        "vocab_size": 300, "max_tokens": 512, "max_steps": 4, "warmup_steps": 2, "save_steps": 2,
+        "average_last": 2, "num_beams": 1, "examples": [],
+    }  # fmt: skip
+    old = tmp_path / "run" / "checkpoint-900"
+    old.mkdir(parents=True)
+    (tmp_path / "run" / "train_options.json").write_text("{}")
+    with pytest.raises(ValueError, match="already holds a run. Continue it with --resume, delete it first"):
+        experiment.check_inputs(TrainOptions(**common))
+    with pytest.raises(ValueError, match="give one"):
+        TrainOptions(**common, resume=True, overwrite=True)
+    train_and_evaluate(TrainOptions(**common, overwrite=True))
+    assert not old.exists()
+    assert sorted(path.name for path in (tmp_path / "run").glob("checkpoint-*")) == [
+        "checkpoint-2",
+        "checkpoint-4",
+    ]
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "thesis.tex").write_text("keep")
+    with pytest.raises(ValueError, match="is not empty and holds no run"):
+        experiment.check_inputs(TrainOptions(**{**common, "output_dir": other}, overwrite=True))
+    assert (other / "thesis.tex").read_text() == "keep"

@@ -69,3 +69,18 @@ def test_translate_command_rejects_bad_arguments_before_loading(tmp_path: Path, 
         assert "no CUDA GPU" in capsys.readouterr().err
     assert translate_cli.main([str(tmp_path / "no-model"), "--device", "cpu"]) == 2  # never a Hub call
     assert "no such model folder" in capsys.readouterr().err
+
+
+def test_a_tokenizer_from_another_vocabulary_is_refused_at_load(
+    letter_tokenizer, tmp_path: Path, capsys
+) -> None:
+    from conftest import tiny_config
+
+    from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+
+    VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=64)).save_pretrained(tmp_path)
+    letter_tokenizer.save_pretrained(tmp_path)  # 30 tokens
+    with pytest.raises(ValueError, match="the tokenizer has 30 tokens but the model's vocabulary has 64"):
+        load_for_decoding(tmp_path, device="cpu")
+    assert translate_cli.main([str(tmp_path), "--device", "cpu"]) == 2
+    assert "different runs" in capsys.readouterr().err

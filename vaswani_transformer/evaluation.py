@@ -74,8 +74,20 @@ def load_for_decoding(
     """
     name = check_model_name(model_dir)
     model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=dtype)
-    model = model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
-    return model, AutoTokenizer.from_pretrained(name)
+    tokenizer = AutoTokenizer.from_pretrained(name)
+    check_vocabulary(model, tokenizer, name)
+    return model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval(), tokenizer
+
+
+def check_vocabulary(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) -> None:
+    """The tokenizer must be the model's own: a larger one crashes in the embedding, a smaller one (another
+    run's) translates into garbage."""
+    if len(tokenizer) != model.config.vocab_size:
+        raise ValueError(
+            f"{name}: the tokenizer has {len(tokenizer):,} tokens but the model's vocabulary has "
+            f"{model.config.vocab_size:,}: they come from different runs. Save and load the model and its "
+            "tokenizer from the same folder."
+        )
 
 
 def decoding_settings(model: PreTrainedModel, **overrides: Any) -> dict[str, Any]:

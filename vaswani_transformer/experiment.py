@@ -8,6 +8,8 @@ model on WMT14 (§5); a recipe replaces those defaults for one job, and flags ov
 import hashlib
 import json
 import logging
+import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -145,6 +147,9 @@ class TrainOptions:
     )
     seed: int = field(default=0, metadata=_help("seed for initialisation, batches and held-out splits"))
     resume: bool = field(default=False, metadata=_help("continue from the last checkpoint in --output_dir"))
+    overwrite: bool = field(
+        default=False, metadata=_help("delete an earlier run in --output_dir first (else it needs --resume)")
+    )
     # --- evaluation (§6.1 settings come from the model's generation config)
     num_beams: int | None = field(default=None, metadata=_help("beam size (default: the model's, 4)"))
     length_penalty: float | None = field(default=None, metadata=_help("GNMT α (default: the model's, 0.6)"))
@@ -211,6 +216,8 @@ class TrainOptions:
             raise ValueError(f"--final_model must be one of {FINAL_MODELS}, got {self.final_model!r}.")
         if self.preset not in PRESETS:
             raise ValueError(f"--preset must be one of {sorted(PRESETS)}, got {self.preset!r}.")
+        if self.resume and self.overwrite:
+            raise ValueError("--resume continues the run in --output_dir, --overwrite deletes it: give one.")
         if self.dropout is not None and "dropout" in self.config_overrides:
             raise ValueError("dropout is given twice: as --dropout and in --config_overrides; keep one.")
         if self.train_source is not None and self.test_source is None:
@@ -277,6 +284,33 @@ def check_inputs(options: TrainOptions) -> None:
             raise FileNotFoundError(f"--{name} {value}: no such file{hint}.")
     options.model_config()
     _check_sharing(options)
+    if int(os.environ.get("RANK", "0")) == 0:  # other processes find the main process's files there
+        _check_output_dir(options)
+
+
+def _is_run_folder(folder: Path) -> bool:
+    """Whether a folder holds (part of) a run of this job: options, vocabulary or checkpoints."""
+    return (
+        (folder / "train_options.json").is_file()
+        or (folder / "tokenizer").is_dir()
+        or any(folder.glob("checkpoint-*"))
+    )
+
+
+def _check_output_dir(options: TrainOptions) -> None:
+    """A run folder belongs to one run: an earlier run's checkpoints must never be averaged into this one."""
+    folder = options.output_dir
+    if options.resume or not folder.is_dir() or not any(folder.iterdir()):
+        return
+    if not _is_run_folder(folder):
+        raise ValueError(
+            f"--output_dir {folder} is not empty and holds no run: choose a new or empty folder."
+        )
+    if not options.overwrite:
+        raise ValueError(
+            f"--output_dir {folder} already holds a run. Continue it with --resume, delete it first with "
+            "--overwrite, or choose a new --output_dir."
+        )
 
 
 def _check_sharing(options: TrainOptions) -> None:
@@ -598,6 +632,9 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     args = _training_arguments(options, config)
     advice = _advice(options, config, args.learning_rate)
     is_main_process = args.process_index == 0
+    if options.overwrite and is_main_process and options.output_dir.is_dir():
+        logger.info(f"--overwrite: deleting the earlier run in {options.output_dir}")
+        shutil.rmtree(options.output_dir)
     corpora = load_corpora(options)
     with args.main_process_first(desc="joint BPE vocabulary"):
         tokenizer = _tokenizer_for(options, corpora.train, is_main_process)

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from .evaluation import decoding_settings
+from .evaluation import decoding_settings, load_for_decoding
 from .translate import PIPELINE_TASK, VaswaniTranslationPipeline, translate
 
 REQUIRED_FILES = (
@@ -96,10 +95,10 @@ def _json(path: Path) -> dict[str, Any] | None:
 def read_trained_model(model_dir: str | Path) -> TrainedModel:
     """Everything the model card reports, read from a saved model folder."""
     folder = check_model_folder(model_dir)
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder)
+    model, tokenizer = load_for_decoding(folder, device="cpu")
     options = _json(folder / "train_options.json") or {}
     source = (options.get("examples") or ["A man is reading a book."])[0]
-    (translation,) = translate([source], model, AutoTokenizer.from_pretrained(folder))
+    (translation,) = translate([source], model, tokenizer)
     return TrainedModel(
         folder=folder,
         config=model.config,

@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 token=args.token,
             )
             print(f"pushed {args.model_dir} to {url}")
-    except (FileNotFoundError, FileExistsError) as error:
+    except (OSError, ValueError) as error:  # an incomplete or mismatched folder, an occupied --local_dir
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
