@@ -234,3 +234,67 @@ def test_a_run_folder_belongs_to_one_run(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is not empty and holds no run"):
         experiment.check_inputs(TrainOptions(**{**common, "output_dir": other}, overwrite=True))
     assert (other / "thesis.tex").read_text() == "keep"
+
+
+def write_lines(path: Path, lines: list[str]) -> str:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("test source without its target", "is a text file: give its line-aligned --test_target too"),
+        ("blank training files", "--train_source"),
+        ("single-column TSV", "no usable pairs"),
+        (
+            "tokenised references of another length",
+            "has 3 lines but the test set has 5: they must be line-aligned",
+        ),
+        ("tokenised references after skipped test pairs", "no longer lines up"),
+        ("missing file in an existing folder", "corpus/train: no such file"),
+        ("every pair longer than --max_length", "no training pair is left"),
+    ],
+)
+def test_bad_corpora_stop_before_training_with_status_2(
+    case, message, tmp_path, monkeypatch, caplog, capsys
+) -> None:
+    """Each case: a clear message naming the flag and status 2, after the load summary, with no step trained."""
+    from vaswani_transformer.cli.train import main
+
+    monkeypatch.chdir(tmp_path)
+    files = tatoeba_files(tmp_path, 150)
+    flags = {f"--{name}": value for name, value in files.items()}
+    if case == "test source without its target":
+        del flags["--test_target"]
+    elif case == "blank training files":
+        flags["--train_source"] = write_lines(tmp_path / "blank.en", ["", " "])
+        flags["--train_target"] = write_lines(tmp_path / "blank.de", ["", ""])
+    elif case == "single-column TSV":
+        del flags["--train_target"]
+        flags["--train_source"] = write_lines(tmp_path / "one.tsv", ["no tab here", "none here either"])
+    elif case == "tokenised references of another length":
+        flags["--test_references_tokenized"] = write_lines(tmp_path / "refs.tok", ["a", "b", "c"])
+    elif case == "tokenised references after skipped test pairs":
+        flags["--test_source"] = write_lines(tmp_path / "t.en", ["A dog .", "", "A cat ."])
+        flags["--test_target"] = write_lines(tmp_path / "t.de", ["Ein Hund .", "", "Eine Katze ."])
+        flags["--test_references_tokenized"] = write_lines(
+            tmp_path / "t.tok", ["ein hund .", "", "eine katze ."]
+        )
+    elif case == "missing file in an existing folder":
+        (tmp_path / "corpus").mkdir()
+        flags["--train_source"] = "corpus/train"  # would have gone to the Hub as a dataset id
+    elif case == "every pair longer than --max_length":
+        flags["--max_length"] = "1"
+    arguments = [item for pair in flags.items() for item in pair]
+    arguments += ["--output_dir", str(tmp_path / "run"), "--config_overrides", json.dumps(TINY)]
+    arguments += ["--vocab_size", "300", "--max_tokens", "512", "--max_steps", "4", "--warmup_steps", "2"]
+    arguments += ["--save_steps", "2", "--average_last", "2", "--examples", "A dog."]
+    arguments += ["--dev_size", "0", "--eval_steps", "0"]
+    caplog.set_level("INFO")
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert message in error
+    if case == "blank training files":
+        assert "read 2 pairs, kept 0; skipped 2 empty" in error  # the load summary is in the message
+    assert not list((tmp_path / "run").glob("checkpoint-*"))

@@ -172,17 +172,29 @@ def test_push_cli_private_repo_on_a_branch(trained_run, fake_hub, capsys) -> Non
 
 
 def test_sharing_options_are_checked_before_training(monkeypatch, tmp_path: Path) -> None:
+    from vaswani_transformer import experiment
     from vaswani_transformer.experiment import TrainOptions, check_inputs
 
     with pytest.raises(ValueError, match="Repo id"):
-        check_inputs(TrainOptions.from_recipe("tatoeba", push_to_hub="not a repo id"))
+        check_inputs(
+            TrainOptions.from_recipe("tatoeba", output_dir=tmp_path / "run", push_to_hub="not a repo id")
+        )
     from huggingface_hub import constants
 
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "token"))  # no stored login either
     monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "stored_tokens"))
     with pytest.raises(ValueError, match="needs a Hub token: run `hf auth login` or set HF_TOKEN"):
-        check_inputs(TrainOptions.from_recipe("tatoeba", push_to_hub="tester/model"))
+        check_inputs(
+            TrainOptions.from_recipe("tatoeba", output_dir=tmp_path / "run", push_to_hub="tester/model")
+        )
+    monkeypatch.setattr(experiment, "is_tensorboard_available", lambda: False)  # a machine without it
+    with pytest.raises(
+        ValueError, match="--report_to tensorboard needs TensorBoard: pip install tensorboard"
+    ):
+        check_inputs(
+            TrainOptions.from_recipe("tatoeba", output_dir=tmp_path / "run", report_to=["tensorboard"])
+        )
 
 
 def test_report_to_tensorboard_writes_live_curves(trained_run) -> None:

@@ -81,6 +81,15 @@ def test_a_recipe_with_an_unknown_setting_is_refused(tmp_path: Path) -> None:
         (["--final_model", "best", "--eval_steps", "0"], "--final_model best needs dev evaluations"),
         (["--dev_size", "0", "--eval_steps", "100"], "--eval_steps needs a dev set"),
         (["--train_source", "x.en", "--train_target", "x.de"], "--test_source is required"),
+        (["--max_steps", "-1"], "--max_steps must be at least 1, got -1"),
+        (["--eval_batch_size", "0"], "--eval_batch_size must be at least 1"),
+        (["--max_test_sentences", "-3"], "--max_test_sentences must be at least 1 (or left out), got -3"),
+        (["--max_test_sentences", "0"], "--max_test_sentences must be at least 1 (or left out), got 0"),
+        (["--vocab_size", "-1"], "--vocab_size must be at least 1"),
+        (["--max_length", "0"], "--max_length must be at least 1"),
+        (["--max_steps", "4", "--save_steps", "2", "--average_last", "10"], "the run writes 2 checkpoints"),
+        (["--resume", "--overwrite"], "--resume continues the run in --output_dir, --overwrite deletes it"),
+        (["--test_references_tokenized", "refs.tok"], "--test_references_tokenized needs the --test_source"),
     ],
 )
 def test_bad_options_stop_before_training_with_status_2(arguments, message, capsys) -> None:

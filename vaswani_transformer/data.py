@@ -70,6 +70,17 @@ class FilterStats:
         )
 
 
+def split_lines(text: str) -> list[str]:
+    r"""Lines of a text, split at "\n" only (as the corpus loaders split): a U+2028 or form feed inside a
+    sentence stays in it, a final newline ends the last line, "\r\n" endings lose their "\r"."""
+    return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
+
+
+def read_text_lines(path: str | Path) -> list[str]:
+    """Lines of a UTF-8 text file, split as `split_lines` does."""
+    return split_lines(Path(path).read_text(encoding="utf-8"))
+
+
 def _require_file(path: Path, expected: str) -> None:
     """Raise FileNotFoundError naming `path` and what it should have held."""
     if not path.is_file():
@@ -209,7 +220,12 @@ def load_hub(
     dataset_id: str, config_name: str | None, split: str, source_lang: str, target_lang: str
 ) -> tuple[Dataset, LoadStats]:
     """Load one split of a Hub translation dataset (e.g. "wmt/wmt14", "de-en") as "source"/"target"."""
-    ds = datasets.load_dataset(dataset_id, config_name, split=split)
+    try:
+        ds = datasets.load_dataset(dataset_id, config_name, split=split)
+    except (ConnectionError, FileNotFoundError, datasets.exceptions.DatasetNotFoundError) as error:
+        raise FileNotFoundError(
+            f"{dataset_id}: no such local file or folder, and the Hub did not provide it as a dataset ({error})"
+        ) from error
     converted, stats = translation_to_parallel(ds, source_lang, target_lang)
     stats.origin = f"{dataset_id}[{config_name}, {split}] {source_lang}-{target_lang}"
     return converted, stats

@@ -8,6 +8,7 @@ model on WMT14 (§5); a recipe replaces those defaults for one job, and flags ov
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -27,10 +28,12 @@ from .checkpoints import average_checkpoints, find_checkpoints
 from .configuration_vaswani_transformer import PRESETS, VaswaniTransformerConfig
 from .data import (
     TATOEBA_FILE,
+    TSV_SUFFIXES,
     FilterStats,
     LoadStats,
     load_parallel,
     load_tatoeba,
+    read_text_lines,
     tokenize_parallel,
     train_test_split_fixed,
 )
@@ -65,6 +68,10 @@ PATH_FIELDS = (
     "test_references_tokenized",
 )
 SANITY_SAMPLE = 100  # training sources decoded to check the final model when there is no dev set
+
+
+class CorpusError(ValueError):
+    """A corpus that cannot be used, found while loading it: before any training."""
 
 
 class JsonDict(dict):
@@ -216,6 +223,14 @@ class TrainOptions:
             raise ValueError(f"--final_model must be one of {FINAL_MODELS}, got {self.final_model!r}.")
         if self.preset not in PRESETS:
             raise ValueError(f"--preset must be one of {sorted(PRESETS)}, got {self.preset!r}.")
+        if self.test_references_tokenized is not None and self.test_source is None:
+            raise ValueError("--test_references_tokenized needs the --test_source it tokenises.")
+        checkpoints = math.ceil(self.max_steps / self.save_steps)  # the Trainer also saves at the last step
+        if self.final_model == "average" and self.average_last > checkpoints:
+            raise ValueError(
+                f"--average_last {self.average_last}, but the run writes {checkpoints} checkpoints (--max_steps "
+                f"{self.max_steps}, --save_steps {self.save_steps}): lower --average_last or --save_steps."
+            )
         if self.resume and self.overwrite:
             raise ValueError("--resume continues the run in --output_dir, --overwrite deletes it: give one.")
         if self.dropout is not None and "dropout" in self.config_overrides:
@@ -268,11 +283,32 @@ class Corpora:
     train: Dataset
     dev: Dataset | None
     test: Dataset
+    test_references_tokenized: list[str] | None = None
 
 
 def _is_local_path(value: str) -> bool:
-    """Whether a data argument names a file on this machine (else it is taken for a Hub id)."""
-    return Path(value).exists() or value.startswith((".", "/", "~")) or Path(value).suffix != ""
+    """Whether a data argument names a file on this machine (else it is taken for a Hub id): it exists, looks
+    like a path, or lies in a folder that exists here (`data/corpus` when there is a `data/`)."""
+    path = Path(value)
+    return (
+        path.exists()
+        or value.startswith((".", "/", "~"))
+        or path.suffix != ""
+        or value.count("/") > 1
+        or (path.parent != Path(".") and path.parent.is_dir())
+    )
+
+
+def _check_text_pairs(options: TrainOptions) -> None:
+    """A plain-text source file needs its target file (only TSV files and Hub datasets hold both sides)."""
+    for side in ("train", "dev", "test"):
+        source, target = getattr(options, f"{side}_source"), getattr(options, f"{side}_target")
+        path = Path(source).expanduser() if source is not None else None
+        if path is not None and target is None and path.is_file() and not source.endswith(TSV_SUFFIXES):
+            raise ValueError(
+                f"--{side}_source {source} is a text file: give its line-aligned --{side}_target too "
+                f"(only {', '.join(TSV_SUFFIXES)} files hold both sides)."
+            )
 
 
 def check_inputs(options: TrainOptions) -> None:
@@ -282,6 +318,7 @@ def check_inputs(options: TrainOptions) -> None:
         if value is not None and _is_local_path(value) and not Path(value).expanduser().exists():
             hint = " (recipe paths start at --data_dir)" if options.recipe else ""
             raise FileNotFoundError(f"--{name} {value}: no such file{hint}.")
+    _check_text_pairs(options)
     options.model_config()
     _check_sharing(options)
     if int(os.environ.get("RANK", "0")) == 0:  # other processes find the main process's files there
@@ -329,7 +366,10 @@ def _log_loaded(stats: LoadStats, split: str) -> None:
     logger.info(f"{split}: {stats.summary()}")
 
 
-def _load_pairs(options: TrainOptions, source: str, target: str | None, split: str) -> Dataset:
+def _load_pairs(
+    options: TrainOptions, source: str, target: str | None, split: str
+) -> tuple[Dataset, LoadStats]:
+    """One corpus, its load summary logged; a corpus with no usable pair is an error (naming its flag)."""
     pairs, stats = load_parallel(
         source,
         target,
@@ -339,7 +379,29 @@ def _load_pairs(options: TrainOptions, source: str, target: str | None, split: s
         hub_config=options.hub_config,
     )
     _log_loaded(stats, split)
-    return pairs
+    if len(pairs) == 0:
+        flag = {"train": "train_source", "validation": "dev_source", "test": "test_source"}[split]
+        raise CorpusError(
+            f"--{flag} {source}: no usable pairs ({stats.summary()}). Expected a source file with a line-aligned "
+            "target file, or a TSV file of source<TAB>target lines."
+        )
+    return pairs, stats
+
+
+def _tokenized_references(path: str, test: LoadStats) -> list[str]:
+    """The tokenised test references, which must line up with the test pairs as read."""
+    references = read_text_lines(path)
+    if len(references) != test.read:
+        raise CorpusError(
+            f"--test_references_tokenized {path} has {len(references):,} lines but the test set has "
+            f"{test.read:,}: they must be line-aligned."
+        )
+    if test.kept != test.read:
+        raise CorpusError(
+            f"{test.summary()}: with test pairs skipped, --test_references_tokenized {path} no longer lines up. "
+            "Remove the bad lines from the test files and the tokenised references alike."
+        )
+    return references
 
 
 def _first(pairs: Dataset, count: int | None) -> Dataset:
@@ -349,20 +411,23 @@ def _first(pairs: Dataset, count: int | None) -> Dataset:
 
 def load_corpora(options: TrainOptions) -> Corpora:
     """The job's pairs: given files / Hub ids, or the embedded Tatoeba corpus with fixed held-out splits."""
+    references = None
     if options.train_source is None:
         pairs, stats = load_tatoeba()
         _log_loaded(stats, "embedded Tatoeba")
         split = train_test_split_fixed(pairs, options.test_size, seed=options.seed)
         train, test = split["train"], split["test"]
     else:
-        train = _load_pairs(options, options.train_source, options.train_target, "train")
-        test = _load_pairs(options, options.test_source, options.test_target, "test")
+        train = _load_pairs(options, options.train_source, options.train_target, "train")[0]
+        test, test_stats = _load_pairs(options, options.test_source, options.test_target, "test")
+        if options.test_references_tokenized is not None:
+            references = _tokenized_references(options.test_references_tokenized, test_stats)
     dev = None
     if options.dev_source is not None:
-        dev = _load_pairs(options, options.dev_source, options.dev_target, "validation")
+        dev = _load_pairs(options, options.dev_source, options.dev_target, "validation")[0]
     elif options.dev_size:
         if options.dev_size >= len(train):
-            raise ValueError(
+            raise CorpusError(
                 f"--dev_size {options.dev_size} leaves no training pairs ({len(train):,} loaded)."
             )
         split = train_test_split_fixed(train, options.dev_size, seed=options.seed)
@@ -372,7 +437,7 @@ def load_corpora(options: TrainOptions) -> Corpora:
     logger.info(
         f"pairs: {len(train):,} train, {len(dev) if dev is not None else 0:,} dev, {len(test):,} test"
     )
-    return Corpora(train, dev, test)
+    return Corpora(train, dev, test, references[: len(test)] if references is not None else None)
 
 
 def _tokenizer_for(options: TrainOptions, train: Dataset, is_main_process: bool) -> PreTrainedTokenizerBase:
@@ -423,6 +488,8 @@ def _tokenized_training_set(
     if stats_file.exists():
         return load_from_disk(str(cache)), FilterStats(**json.loads(stats_file.read_text()))
     tokenized, stats = tokenize_parallel(train, tokenizer, max_length=options.max_length)
+    if stats.kept == 0:
+        raise CorpusError(f"no training pair is left ({stats.summary()}): raise --max_length.")
     tokenized.save_to_disk(str(cache))
     stats_file.write_text(json.dumps(asdict(stats)))
     return load_from_disk(str(cache)), stats
@@ -551,13 +618,6 @@ def _score(
     )
 
 
-def _read_lines(path: str | None, limit: int) -> list[str] | None:
-    """The first `limit` lines of a text file (split on newlines only), or None when no file is given."""
-    if path is None:
-        return None
-    return Path(path).read_text(encoding="utf-8").split("\n")[:limit]
-
-
 def evaluate_final_model(
     options: TrainOptions, model_dir: Path, corpora: Corpora, advice: str
 ) -> tuple[dict, dict | None, dict[str, str]]:
@@ -574,8 +634,7 @@ def evaluate_final_model(
     else:
         sample = list(corpora.train["source"][:SANITY_SAMPLE])
         _check_final_model(options, translate(sample, model, tokenizer, num_beams=1), advice)
-    test_references = _read_lines(options.test_references_tokenized, len(corpora.test))
-    hypotheses, scores = _score(options, model, tokenizer, corpora.test, test_references)
+    hypotheses, scores = _score(options, model, tokenizer, corpora.test, corpora.test_references_tokenized)
     write_scores(model_dir, hypotheses, scores)
     examples = list(options.examples)
     translations = dict(zip(examples, translate(examples, model, tokenizer), strict=True))

@@ -24,13 +24,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..data import read_text_lines
 from ..evaluation import evaluate_model
-from .translate import read_lines as read_text_lines
 
 
 def read_lines(path: Path | None) -> list[str] | None:
-    """Lines of a UTF-8 text file (None for no file); see `translate.read_lines`."""
-    return None if path is None else read_text_lines([path.read_text(encoding="utf-8")])
+    """Lines of a UTF-8 text file, split at "\\n" only (None for no file)."""
+    return None if path is None else read_text_lines(path)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

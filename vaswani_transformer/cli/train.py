@@ -11,7 +11,7 @@ recipe runs: a model on the embedded Tatoeba English-German corpus, sized for a 
     python scripts/train.py --push_to_hub you/tatoeba-en-de --report_to tensorboard   # share, live curves
     accelerate launch --multi_gpu --num_processes 8 scripts/train.py --recipe wmt14-base
 
-Exit status: 0 on success, 2 for bad options or inputs (before any training), 3 when training diverged or
+Exit status: 0 on success, 2 for bad options or inputs (found before any training), 3 when training diverged or
 collapsed (the message says what to change; nothing is scored), 4 when --push_to_hub failed (the model is
 saved and scored; the message says how to retry).
 """
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from transformers import HfArgumentParser
 
-from ..experiment import TrainOptions, check_inputs, option_names, train_and_evaluate
+from ..experiment import CorpusError, TrainOptions, check_inputs, option_names, train_and_evaluate
 from ..monitoring import TrainingFailure
 from ..recipes import available_recipes, load_recipe
 
@@ -80,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger(__name__).info(f"recipe {options.recipe}; run folder {options.output_dir}")
     try:
         result = train_and_evaluate(options)
+    except (CorpusError, FileNotFoundError) as error:  # found while loading the data, before training
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except TrainingFailure as failure:
         print(f"error: {failure}", file=sys.stderr)
         return 3

@@ -11,13 +11,14 @@ blank, so the output has exactly one line per input line (lines end at "\n" only
 
 import argparse
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..data import split_lines
 from ..evaluation import load_for_decoding
 from ..translate import translate
 
@@ -54,14 +55,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def read_lines(texts: Iterable[str]) -> list[str]:
-    """Lines of the inputs, split at "\n" only (a U+2028 or form feed inside a sentence stays in it)."""
-    lines: list[str] = []
-    for text in texts:
-        lines += text.removesuffix("\n").split("\n") if text else []
-    return [line.removesuffix("\r") for line in lines]
-
-
 def _device_and_dtype(device: str, dtype: str) -> tuple[str, torch.dtype]:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -94,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     inputs = [path.read_text(encoding="utf-8") for path in args.files] or [sys.stdin.read()]
     overrides = {} if args.num_beams is None else {"num_beams": args.num_beams}
-    lines = read_lines(inputs)
+    lines = [line for text in inputs for line in split_lines(text)]
     for translation in translate_lines(
         lines, model, tokenizer, batch_size=args.batch_size, show_progress=True, **overrides
     ):
