@@ -1,5 +1,6 @@
 """Checkpoint averaging: state-dict means, Trainer checkpoint discovery, and a real model round trip."""
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,9 @@ from vaswani_transformer.checkpoints import (
     average_checkpoints,
     average_last,
     average_state_dicts,
+    checkpoint_problem,
     find_checkpoints,
+    whole_checkpoints,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +39,7 @@ def write_checkpoint(run_dir: Path, step: int, fill: float) -> Path:
     (checkpoint / "config.json").write_text(f'{{"step": {step}}}')
     for name in TRAINER_STATE_FILES:
         (checkpoint / name).write_bytes(b"resume state")
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))  # a finished save
     return checkpoint
 
 
@@ -178,6 +182,7 @@ def test_averaged_marian_checkpoints_load_with_every_parameter_the_mean(tmp_path
         model = MarianMTModel(config)
         model.save_pretrained(tmp_path / "run" / f"checkpoint-{step}")
         (tmp_path / "run" / f"checkpoint-{step}" / "optimizer.pt").write_bytes(b"resume state")
+        (tmp_path / "run" / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
         models.append(model)
     first, second = (model.state_dict() for model in models)
 
@@ -191,3 +196,27 @@ def test_averaged_marian_checkpoints_load_with_every_parameter_the_mean(tmp_path
     assert not torch.equal(first[fc1], second[fc1])
     for name, tensor in averaged.state_dict().items():
         torch.testing.assert_close(tensor, (first[name] + second[name]) / 2, msg=name)
+
+
+def test_incomplete_checkpoints_are_named_and_left_out(tmp_path: Path) -> None:
+    """What a killed save leaves: no trainer_state.json (it is written last), or weights cut short."""
+    run = tmp_path / "run"
+    whole = write_checkpoint(run, 1, 1.0)
+    unfinished = write_checkpoint(run, 2, 2.0)
+    (unfinished / "trainer_state.json").unlink()
+    truncated = write_checkpoint(run, 3, 3.0)
+    weights = truncated / "model.safetensors"
+    size = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[:-5])
+    cut_state = write_checkpoint(run, 4, 4.0)
+    (cut_state / "trainer_state.json").write_text('{"global_st')
+    assert checkpoint_problem(whole) is None
+    assert (
+        checkpoint_problem(unfinished)
+        == f"{unfinished / 'trainer_state.json'} is missing: the save was interrupted"
+    )
+    assert checkpoint_problem(truncated) == f"{weights} is cut short ({size - 5:,} of {size:,} bytes)"
+    assert "trainer_state.json is cut short" in checkpoint_problem(cut_state)
+    assert whole_checkpoints(run)[0] == [whole]
+    with pytest.raises(ValueError, match=r"has 1 \(left out: .*checkpoint-2/trainer_state.json is missing"):
+        average_last(run, 2, tmp_path / "averaged")

@@ -2,6 +2,7 @@
 
 import json
 import math
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -298,3 +299,60 @@ def test_bad_corpora_stop_before_training_with_status_2(
     if case == "blank training files":
         assert "read 2 pairs, kept 0; skipped 2 empty" in error  # the load summary is in the message
     assert not list((tmp_path / "run").glob("checkpoint-*"))
+
+
+# Trains with the train command, but SIGKILLs itself halfway through writing checkpoint-4's optimizer state:
+# what a power cut or an out-of-memory kill during a save leaves behind.
+KILLED_DURING_SAVE = r"""
+import os, signal, sys
+import torch
+from vaswani_transformer.cli.train import main
+
+real_save = torch.save
+
+def save_then_die(obj, file, *args, **kwargs):
+    if str(file).endswith(os.path.join("checkpoint-4", "optimizer.pt")):
+        with open(file, "wb") as partial:
+            partial.write(b"half an optimizer state")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_save(obj, file, *args, **kwargs)
+
+torch.save = save_then_die
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_killed_during_a_save_resumes_to_the_uninterrupted_weights(tmp_path: Path, caplog) -> None:
+    from safetensors.torch import load_file
+
+    from vaswani_transformer.cli.train import main
+
+    flags = {f"--{name}": value for name, value in tatoeba_files(tmp_path, 150).items()}
+    arguments = [item for pair in flags.items() for item in pair]
+    arguments += ["--config_overrides", json.dumps(TINY), "--vocab_size", "300", "--max_tokens", "512"]
+    arguments += ["--max_steps", "6", "--warmup_steps", "2", "--save_steps", "2", "--average_last", "3"]
+    arguments += ["--final_model", "last", "--dev_size", "0", "--eval_steps", "0", "--num_beams", "1"]
+    arguments += ["--examples", "A dog."]
+    assert main([*arguments, "--output_dir", str(tmp_path / "straight")]) == 0
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_DURING_SAVE, *arguments, "--output_dir", str(tmp_path / "killed")],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    half_written = tmp_path / "killed" / "checkpoint-4"
+    assert (half_written / "optimizer.pt").read_bytes() == b"half an optimizer state"
+    caplog.set_level("INFO")
+    assert main([*arguments, "--output_dir", str(tmp_path / "killed"), "--resume"]) == 0
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(
+        "skipping an incomplete checkpoint" in m and "checkpoint-4/trainer_state.json" in m for m in messages
+    )
+    assert "--resume: continuing from checkpoint-2" in messages
+    assert (
+        tmp_path / "killed" / "incomplete-checkpoint-4" / "optimizer.pt"
+    ).is_file()  # set aside, not reused
+    straight = load_file(tmp_path / "straight" / "final" / "model.safetensors")
+    resumed = load_file(tmp_path / "killed" / "final" / "model.safetensors")
+    assert straight.keys() == resumed.keys()
+    for name, tensor in straight.items():
+        assert torch.equal(tensor, resumed[name]), name

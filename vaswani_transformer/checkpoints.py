@@ -1,5 +1,7 @@
-"""Checkpoint averaging as in the paper (mean of the last 5 checkpoints for base models, 20 for big)."""
+"""Checkpoint averaging as in the paper (mean of the last 5 checkpoints for base models, 20 for big), and
+telling whole checkpoints from ones a killed save left behind."""
 
+import json
 import re
 import shutil
 from collections.abc import Iterable, Sequence
@@ -10,6 +12,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 WEIGHTS_NAME = "model.safetensors"
+TRAINER_STATE_NAME = (
+    "trainer_state.json"  # the Trainer writes it last, after weights, optimizer and RNG state
+)
 _CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
 # Weights (averaged separately) and Trainer resume state: everything else in a checkpoint is copied.
 _NOT_COPIED = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.pt", "*.pth", "trainer_state.json")
@@ -23,6 +28,52 @@ def find_checkpoints(run_dir: Path) -> list[Path]:
         if match and path.is_dir():
             steps[path] = int(match.group(1))
     return sorted(steps, key=steps.__getitem__)
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """What is wrong with a safetensors file (missing, cut short), naming it; None when it is whole.
+
+    Only the header is read: the file must be exactly as long as the header says.
+    """
+    if not path.is_file():
+        return f"{path} is missing"
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        header_size = int.from_bytes(file.read(8), "little")
+        if size < 8 or 8 + header_size > size:
+            return f"{path} is cut short ({size:,} bytes, not even its header)"
+        try:
+            header = json.loads(file.read(header_size))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return f"{path} has an unreadable header"
+    end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+    if 8 + header_size + end != size:
+        return f"{path} is cut short ({size:,} of {8 + header_size + end:,} bytes)"
+    return None
+
+
+def checkpoint_problem(checkpoint_dir: Path) -> str | None:
+    """Why a checkpoint cannot be resumed from or averaged, naming the file; None when it is whole."""
+    state = Path(checkpoint_dir) / TRAINER_STATE_NAME
+    if not state.is_file():
+        return f"{state} is missing: the save was interrupted"
+    try:
+        json.loads(state.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return f"{state} is cut short: the save was interrupted"
+    return safetensors_problem(Path(checkpoint_dir) / WEIGHTS_NAME)
+
+
+def whole_checkpoints(run_dir: Path) -> tuple[list[Path], list[str]]:
+    """The run's checkpoints that a save finished, by step, and why each other one is left out."""
+    whole, problems = [], []
+    for checkpoint in find_checkpoints(run_dir):
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            whole.append(checkpoint)
+        else:
+            problems.append(problem)
+    return whole, problems
 
 
 def _check_floating(key: str, tensor: torch.Tensor, label: str) -> None:
@@ -108,10 +159,13 @@ def average_checkpoints(checkpoint_dirs: Sequence[Path], output_dir: Path) -> Pa
 
 
 def average_last(run_dir: Path, n: int, output_dir: Path) -> Path:
-    """Average the last n checkpoints of a Trainer run; raises if the run has fewer than n."""
+    """Average the last n whole checkpoints of a Trainer run; raises if the run has fewer than n."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
-    checkpoints = find_checkpoints(run_dir)
+    checkpoints, problems = whole_checkpoints(run_dir)
     if len(checkpoints) < n:
-        raise ValueError(f"asked to average the last {n} checkpoints but {run_dir} has {len(checkpoints)}")
+        left_out = f" (left out: {'; '.join(problems)})" if problems else ""
+        raise ValueError(
+            f"asked to average the last {n} checkpoints but {run_dir} has {len(checkpoints)}{left_out}"
+        )
     return average_checkpoints(checkpoints[-n:], output_dir)

@@ -24,7 +24,7 @@ from huggingface_hub.utils import validate_repo_id
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Seq2SeqTrainingArguments, TrainerCallback
 from transformers.integrations import is_tensorboard_available
 
-from .checkpoints import average_checkpoints, find_checkpoints
+from .checkpoints import average_checkpoints, find_checkpoints, whole_checkpoints
 from .configuration_vaswani_transformer import PRESETS, VaswaniTransformerConfig
 from .data import (
     TATOEBA_FILE,
@@ -558,10 +558,32 @@ def _trainer_for(
     )
 
 
+def _resume_point(options: TrainOptions, is_main_process: bool) -> str | None:
+    """With --resume, the last checkpoint whose save finished; ones a killed save left are reported and set
+    aside as `incomplete-checkpoint-<step>` (so neither resuming nor averaging nor rotation sees them)."""
+    if not options.resume or not options.output_dir.is_dir():
+        return None
+    whole, problems = whole_checkpoints(options.output_dir)
+    for problem in problems:
+        logger.warning(f"warning: skipping an incomplete checkpoint: {problem}")
+    if is_main_process:
+        complete = set(whole)
+        for checkpoint in find_checkpoints(options.output_dir):
+            if checkpoint not in complete:
+                aside = checkpoint.with_name(f"incomplete-{checkpoint.name}")
+                shutil.rmtree(aside, ignore_errors=True)
+                checkpoint.rename(aside)
+    if not whole:
+        logger.info("--resume: no complete checkpoint yet, training from the start")
+        return None
+    logger.info(f"--resume: continuing from {whole[-1].name}")
+    return str(whole[-1])
+
+
 def _final_model_dir(options: TrainOptions, trainer: TokenBudgetSeq2SeqTrainer) -> Path:
     """The final model: the average of the last checkpoints (§6.1), the best dev checkpoint, or the last weights."""
     final_dir = options.output_dir / "final"
-    checkpoints = find_checkpoints(options.output_dir)
+    checkpoints = whole_checkpoints(options.output_dir)[0]
     best = trainer.state.best_model_checkpoint
     if options.final_model == "best" and best is not None:
         logger.info(f"final model: {best} (best greedy dev BLEU {trainer.state.best_metric:.2f})")
@@ -715,7 +737,7 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     floor = unigram_loss(tokenized, len(tokenizer), config.label_smoothing)
     trainer = _trainer_for(options, args, model, tokenizer, tokenized, dev, floor, advice)
     started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=options.resume and bool(find_checkpoints(options.output_dir)))
+    trainer.train(resume_from_checkpoint=_resume_point(options, is_main_process))
     train_seconds = time.perf_counter() - started
     if not is_main_process:
         return None
