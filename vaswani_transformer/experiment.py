@@ -225,12 +225,6 @@ class TrainOptions:
             raise ValueError(f"--preset must be one of {sorted(PRESETS)}, got {self.preset!r}.")
         if self.test_references_tokenized is not None and self.test_source is None:
             raise ValueError("--test_references_tokenized needs the --test_source it tokenises.")
-        checkpoints = math.ceil(self.max_steps / self.save_steps)  # the Trainer also saves at the last step
-        if self.final_model == "average" and self.average_last > checkpoints:
-            raise ValueError(
-                f"--average_last {self.average_last}, but the run writes {checkpoints} checkpoints (--max_steps "
-                f"{self.max_steps}, --save_steps {self.save_steps}): lower --average_last or --save_steps."
-            )
         if self.resume and self.overwrite:
             raise ValueError("--resume continues the run in --output_dir, --overwrite deletes it: give one.")
         if self.dropout is not None and "dropout" in self.config_overrides:
@@ -250,6 +244,16 @@ class TrainOptions:
     @property
     def has_dev_set(self) -> bool:
         return self.dev_source is not None or self.dev_size > 0
+
+    def averaging_shortfall(self) -> str | None:
+        """A warning when the run writes fewer checkpoints than --average_last asks to average, else None."""
+        checkpoints = math.ceil(self.max_steps / self.save_steps)  # the Trainer also saves at the last step
+        if self.final_model != "average" or self.average_last <= checkpoints:
+            return None
+        return (
+            f"warning: --average_last {self.average_last}, but the run writes {checkpoints} checkpoint(s) "
+            f"(--max_steps {self.max_steps}, --save_steps {self.save_steps}): the final model averages those."
+        )
 
     def model_config(self) -> VaswaniTransformerConfig:
         """The model's config: the preset with --dropout and --config_overrides (raises on bad values)."""
@@ -713,6 +717,8 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     args = _training_arguments(options, config)
     advice = _advice(options, config, args.learning_rate)
     is_main_process = args.process_index == 0
+    if is_main_process and (shortfall := options.averaging_shortfall()):
+        logger.warning(shortfall)
     if options.overwrite and is_main_process and options.output_dir.is_dir():
         logger.info(f"--overwrite: deleting the earlier run in {options.output_dir}")
         shutil.rmtree(options.output_dir)
