@@ -64,16 +64,16 @@ def checkpoint_problem(checkpoint_dir: Path) -> str | None:
     return safetensors_problem(Path(checkpoint_dir) / WEIGHTS_NAME)
 
 
-def whole_checkpoints(run_dir: Path) -> tuple[list[Path], list[str]]:
-    """The run's checkpoints that a save finished, by step, and why each other one is left out."""
-    whole, problems = [], []
+def whole_checkpoints(run_dir: Path) -> tuple[list[Path], dict[Path, str]]:
+    """The run's checkpoints that a save finished, by step, and each other one with why it is left out."""
+    whole, incomplete = [], {}
     for checkpoint in find_checkpoints(run_dir):
         problem = checkpoint_problem(checkpoint)
         if problem is None:
             whole.append(checkpoint)
         else:
-            problems.append(problem)
-    return whole, problems
+            incomplete[checkpoint] = problem
+    return whole, incomplete
 
 
 def _check_floating(key: str, tensor: torch.Tensor, label: str) -> None:
@@ -162,9 +162,9 @@ def average_last(run_dir: Path, n: int, output_dir: Path) -> Path:
     """Average the last n whole checkpoints of a Trainer run; raises if the run has fewer than n."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
-    checkpoints, problems = whole_checkpoints(run_dir)
+    checkpoints, incomplete = whole_checkpoints(run_dir)
     if len(checkpoints) < n:
-        left_out = f" (left out: {'; '.join(problems)})" if problems else ""
+        left_out = f" (left out: {'; '.join(incomplete.values())})" if incomplete else ""
         raise ValueError(
             f"asked to average the last {n} checkpoints but {run_dir} has {len(checkpoints)}{left_out}"
         )

@@ -24,7 +24,7 @@ from huggingface_hub.utils import validate_repo_id
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Seq2SeqTrainingArguments, TrainerCallback
 from transformers.integrations import is_tensorboard_available
 
-from .checkpoints import average_checkpoints, find_checkpoints, whole_checkpoints
+from .checkpoints import average_checkpoints, whole_checkpoints
 from .configuration_vaswani_transformer import PRESETS, VaswaniTransformerConfig
 from .data import (
     TATOEBA_FILE,
@@ -567,16 +567,13 @@ def _resume_point(options: TrainOptions, is_main_process: bool) -> str | None:
     aside as `incomplete-checkpoint-<step>` (so neither resuming nor averaging nor rotation sees them)."""
     if not options.resume or not options.output_dir.is_dir():
         return None
-    whole, problems = whole_checkpoints(options.output_dir)
-    for problem in problems:
+    whole, incomplete = whole_checkpoints(options.output_dir)
+    for checkpoint, problem in incomplete.items():
         logger.warning(f"warning: skipping an incomplete checkpoint: {problem}")
-    if is_main_process:
-        complete = set(whole)
-        for checkpoint in find_checkpoints(options.output_dir):
-            if checkpoint not in complete:
-                aside = checkpoint.with_name(f"incomplete-{checkpoint.name}")
-                shutil.rmtree(aside, ignore_errors=True)
-                checkpoint.rename(aside)
+        if is_main_process:
+            aside = checkpoint.with_name(f"incomplete-{checkpoint.name}")
+            shutil.rmtree(aside, ignore_errors=True)
+            checkpoint.rename(aside)
     if not whole:
         logger.info("--resume: no complete checkpoint yet, training from the start")
         return None
