@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
+from vaswani_transformer.data import load_tatoeba
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -23,6 +24,22 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"{SHARED_DATA} not found: the real-corpus tests need ../shared/data beside the repo")
     return SHARED_DATA
+
+
+# A one-layer model small enough for end-to-end jobs in seconds on CPU (TrainOptions.config_overrides).
+TINY = {"d_model": 32, "d_ff": 64, "num_encoder_layers": 1, "num_decoder_layers": 1}
+
+
+def tatoeba_files(tmp_path: Path, count: int) -> dict[str, str]:
+    """The first `count` embedded Tatoeba pairs as line-aligned train/test files (no ../shared needed)."""
+    pairs = load_tatoeba()[0].select(range(0, 20 * count, 20))
+    files = {}
+    for split, rows in (("train", pairs), ("test", pairs.select(range(5)))):
+        for side in ("source", "target"):
+            path = tmp_path / f"{split}.{side}"
+            path.write_text("\n".join(rows[side]) + "\n", encoding="utf-8")
+            files[f"{split}_{side}"] = str(path)
+    return files
 
 
 def tiny_config(**overrides: object) -> VaswaniTransformerConfig:

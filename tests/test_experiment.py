@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY, tatoeba_files
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration, experiment
@@ -16,7 +17,6 @@ from vaswani_transformer.data import TokenBudgetBatchSampler, load_parallel, tok
 from vaswani_transformer.experiment import TrainOptions, train_and_evaluate
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = {"d_model": 32, "d_ff": 64, "num_encoder_layers": 1, "num_decoder_layers": 1}
 
 
 def first_lines(path: Path, count: int, destination: Path) -> str:
@@ -192,20 +192,6 @@ def test_two_process_distributed_training(shared_data: Path, tmp_path: Path) -> 
     )
     assert state["global_step"] == 6
     assert state["log_history"][-1]["epoch"] == pytest.approx(6 / math.ceil(batches / 2))  # 2 batches a step
-
-
-def tatoeba_files(tmp_path: Path, count: int) -> dict[str, str]:
-    """The first `count` embedded Tatoeba pairs as line-aligned train/test files (no ../shared needed)."""
-    from vaswani_transformer.data import load_tatoeba
-
-    pairs = load_tatoeba()[0].select(range(0, 20 * count, 20))
-    files = {}
-    for split, rows in (("train", pairs), ("test", pairs.select(range(5)))):
-        for side in ("source", "target"):
-            path = tmp_path / f"{split}.{side}"
-            path.write_text("\n".join(rows[side]) + "\n", encoding="utf-8")
-            files[f"{split}_{side}"] = str(path)
-    return files
 
 
 def test_a_run_folder_belongs_to_one_run(tmp_path: Path) -> None:

@@ -314,12 +314,21 @@ class VaswaniTransformerPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory: Any, *args: Any, **kwargs: Any) -> None:
         """As transformers saves, with `AutoModel` (the encoder-decoder body) in the remote-code `auto_map` too,
-        so that every saved model of this family loads with both Auto classes and `trust_remote_code=True`."""
-        if self._auto_class is not None:
-            module = type(self).__module__.rpartition(".")[2]
-            auto_map = getattr(self.config, "auto_map", None) or {}
-            self.config.auto_map = {**auto_map, "AutoModel": f"{module}.VaswaniTransformerModel"}
-        super().save_pretrained(save_directory, *args, **kwargs)
+        so that every saved model of this family loads with both Auto classes and `trust_remote_code=True`.
+
+        FSDP2 shards a model by giving it a subclass defined in torch; while saving, the model is its own class
+        again, so the folder gets this file and an `auto_map` naming it, not torch's FSDP code.
+        """
+        sharded_class = type(self)
+        self.__class__ = next(cls for cls in sharded_class.__mro__ if cls.__module__ == __name__)
+        try:
+            if self._auto_class is not None:
+                module = __name__.rpartition(".")[2]
+                auto_map = getattr(self.config, "auto_map", None) or {}
+                self.config.auto_map = {**auto_map, "AutoModel": f"{module}.VaswaniTransformerModel"}
+            super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            self.__class__ = sharded_class
 
 
 def _make_positions(config: VaswaniTransformerConfig) -> nn.Module:
@@ -482,13 +491,16 @@ class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
         super().__init__(config)
         self.encoder = VaswaniTransformerEncoder(config)
         self.decoder = VaswaniTransformerDecoder(config)
+        # The decoder embeds with the encoder's module itself, not a copy tied by weight: sharding (FSDP) then
+        # sees one module holding the table, never one parameter in two places.
+        self.decoder.embed_tokens = self.encoder.embed_tokens
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.encoder.embed_tokens
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.encoder.embed_tokens = value
+        self.encoder.embed_tokens = self.decoder.embed_tokens = value
 
     @can_return_tuple
     def forward(
@@ -569,8 +581,8 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
         so that accumulating 2 batches of B equals one batch of 2B; otherwise this batch's non-ignored tokens.
         """
         loss = nn.functional.cross_entropy(
-            logits.float().view(-1, logits.shape[-1]),
-            labels.view(-1),
+            logits.float().reshape(-1, logits.shape[-1]),
+            labels.reshape(-1),
             ignore_index=-100,
             reduction="sum",
             label_smoothing=self.config.label_smoothing,
