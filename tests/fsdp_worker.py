@@ -1,11 +1,13 @@
 """FSDP2 training as `accelerate launch --config_file configs/accelerate/fsdp.yaml` does it, on gloo CPU processes.
 
-Accelerate only enables FSDP on accelerators, so this worker calls its `fsdp2_prepare_model` itself (each
-`_no_split_modules` layer its own shard unit, the tied embeddings and softmax one unit, then the root), trains with
-the paper's Adam on this process's half of every batch, and saves the full state dict as the Trainer does with
-FULL_STATE_DICT. tests/test_distributed.py runs it under torchrun and trains the same batches in one process.
+Accelerate enables FSDP only on accelerators, so this worker, started by that command, builds the FSDP plugin
+from the launcher's settings and calls Accelerate's `fsdp2_prepare_model` itself (each `_no_split_modules` layer
+its own shard unit, the tied embeddings and softmax one unit, then the root). It trains with the paper's Adam on
+this process's half of every batch and saves the full state dict as the Trainer does with FULL_STATE_DICT.
+tests/test_distributed.py trains the same batches in one process.
 
-    python -m torch.distributed.run --nproc_per_node 2 tests/fsdp_worker.py OUTPUT_DIR
+    accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 2 --mixed_precision no \
+        tests/fsdp_worker.py OUTPUT_DIR
 """
 
 import json
@@ -77,9 +79,9 @@ def main(output_dir: str) -> None:
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    plugin = FullyShardedDataParallelPlugin(
-        fsdp_version=2, auto_wrap_policy="transformer_based_wrap", state_dict_type="FULL_STATE_DICT"
-    )
+    plugin = (
+        FullyShardedDataParallelPlugin()
+    )  # from the FSDP_* settings the launcher read from the config file
     accelerator = SimpleNamespace(
         state=SimpleNamespace(fsdp_plugin=plugin), mixed_precision="no", is_main_process=rank == 0
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from accelerate.commands.config.config_args import load_config_from_file
 from conftest import TINY, tatoeba_files
 from fsdp_worker import new_model, train_steps
 from safetensors.torch import load_file
@@ -65,13 +66,14 @@ def test_two_processes_train_the_model_one_process_trains_with_twice_the_batch(t
 def test_fsdp_on_two_processes_trains_the_one_process_model_and_saves_an_ordinary_checkpoint(
     tmp_path: Path,
 ) -> None:
-    """Accelerate's FSDP2 wrapping of the model (tests/fsdp_worker.py) on 2 gloo processes: every encoder and
+    """Accelerate's FSDP2 wrapping of the model with the shipped config (tests/fsdp_worker.py) on 2 gloo processes: every encoder and
     decoder layer is its own shard unit, the three tied tables are one parameter in one unit (torch refuses a
     parameter shared across units), the losses and weights are those of one process training on whole batches,
     and the full state dict saves as a folder that loads on one process with this package's code only."""
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    launch = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--num_processes", "2"]
+    launch += ["--config_file", "configs/accelerate/fsdp.yaml", "--mixed_precision", "no"]
     completed = subprocess.run(
-        [*torchrun, "tests/fsdp_worker.py", str(tmp_path / "fsdp")],
+        [*launch, "tests/fsdp_worker.py", str(tmp_path / "fsdp")],
         capture_output=True, text=True, cwd=REPO, timeout=600,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
@@ -89,3 +91,12 @@ def test_fsdp_on_two_processes_trains_the_one_process_model_and_saves_an_ordinar
     expected = reference.state_dict()
     for name, tensor in loaded.state_dict().items():
         torch.testing.assert_close(tensor, expected[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("name", ["single_gpu", "multi_gpu", "fsdp", "multi_node"])
+def test_shipped_accelerate_configs_load_and_say_how_to_launch(name: str) -> None:
+    """Each config in configs/accelerate parses as Accelerate's own config and opens with its launch command."""
+    path = REPO / "configs" / "accelerate" / f"{name}.yaml"
+    config = load_config_from_file(str(path))
+    assert config.mixed_precision == "bf16" and config.num_processes % config.num_machines == 0
+    assert f"accelerate launch --config_file configs/accelerate/{name}.yaml" in path.read_text()

@@ -46,6 +46,9 @@ def train_arguments(argv: list[str]) -> list[str] | None:
 def test_every_documented_train_command_parses_and_finds_its_data(
     document: str, shared_data: Path, tmp_path: Path
 ) -> None:
+    for argv in shell_commands(document):  # launcher configs named in a command ship with the repo
+        if "--config_file" in argv:
+            assert (REPO / argv[argv.index("--config_file") + 1]).is_file(), shlex.join(argv)
     commands = [
         arguments for argv in shell_commands(document) if (arguments := train_arguments(argv)) is not None
     ]

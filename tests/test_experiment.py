@@ -91,9 +91,17 @@ def test_multi30k_recipe_in_miniature(shared_data: Path, tmp_path: Path, caplog)
     # the evaluation CLI, as a user runs it (a script named like a library it imports would shadow it)
     command = [sys.executable, "scripts/evaluate_model.py", str(model_dir), "--num-beams", "1"]
     command += ["--source", options.test_source, "--references", options.test_target]
-    completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=True)
+    job_scores = (model_dir / "scores.json").read_text()
+    refused = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    assert refused.returncode == 2 and "--name" in refused.stderr and "--overwrite" in refused.stderr
+    completed = subprocess.run(
+        [*command, "--name", "val"], capture_output=True, text=True, cwd=REPO, check=True
+    )
     assert "sacreBLEU" in completed.stdout
-    assert json.loads((model_dir / "scores.json").read_text())["decoding"]["num_beams"] == 1
+    assert json.loads((model_dir / "val_scores.json").read_text())["decoding"]["num_beams"] == 1
+    assert (model_dir / "val_hypotheses.txt").is_file() and (
+        model_dir / "scores.json"
+    ).read_text() == job_scores
 
 
 def test_final_model_best_is_the_best_dev_checkpoint(shared_data: Path, tmp_path: Path) -> None:

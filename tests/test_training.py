@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from accelerate.state import AcceleratorState
 from datasets import Dataset
 from transformers import GenerationConfig
 
@@ -110,3 +111,33 @@ def test_dev_decoding_logs_bleu_and_speed_and_leaves_the_generation_config_alone
     assert saved.max_length is None and saved.num_beams == 4
     # the best dev checkpoint is kept beside the rotation's
     assert trainer.state.best_model_checkpoint is not None and args.save_total_limit == 5 + 1
+
+
+@pytest.mark.parametrize(
+    ("launcher", "flag", "expected"),
+    [(None, "auto", "no"), ("bf16", "auto", "bf16"), ("bf16", "no", "no"), ("no", "bf16", "bf16")],
+)
+def test_mixed_precision_follows_the_launcher_unless_the_flag_names_one(
+    letter_tokenizer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    launcher: str | None,
+    flag: str,
+    expected: str,
+) -> None:
+    """`accelerate launch --mixed_precision X` reaches the Trainer's accelerator (bf16 is not hard-set over it);
+    --mixed_precision other than auto wins; with neither, a CPU trains in fp32 (a bf16 GPU would take bf16)."""
+    if launcher is None:
+        monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    else:
+        monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", launcher)
+    args = paper_training_arguments(tmp_path, 32, max_steps=1, mixed_precision=flag)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=len(letter_tokenizer)))
+    tokenized, _ = tokenize_parallel(
+        Dataset.from_dict({"source": ["a b"], "target": ["b a"]}), letter_tokenizer
+    )
+    try:
+        trainer = build_trainer(model, letter_tokenizer, tokenized, args, max_tokens=64)
+        assert trainer.accelerator.mixed_precision == expected
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)  # the next Trainer sets its own precision

@@ -157,18 +157,30 @@ def evaluate_model(
     references: Sequence[str],
     *,
     target_lang: str,
+    name: str = "",
+    overwrite: bool = False,
     show_progress: bool = False,
     **options: Any,
 ) -> dict:
     """Translate `sources` with a saved model, score them, and write hypotheses.txt and scores.json beside it.
 
+    With a `name`, the files are `{name}_hypotheses.txt` and `{name}_scores.json`, so that scores on another test
+    set sit beside the training job's. Files from an earlier evaluation (the training job's scores.json is the
+    one the model card reports) are replaced only with `overwrite`: checked before any decoding.
     `options` are those of `translate_and_score`: scoring options and `generate` overrides.
     """
+    prefix = f"{name}_" if name else ""
+    scores_file = Path(model_dir) / f"{prefix}scores.json"
+    if scores_file.exists() and not overwrite:
+        raise FileExistsError(
+            f"{scores_file} holds an earlier evaluation's scores; name this one (--name, e.g. --name wmt13: "
+            f"{prefix or 'wmt13_'}scores.json) or replace it (--overwrite)."
+        )
     model, tokenizer = load_for_decoding(model_dir)
     hypotheses, scores = translate_and_score(
         model, tokenizer, sources, references, target_lang=target_lang, show_progress=show_progress, **options
     )
-    write_scores(Path(model_dir), hypotheses, scores)
+    write_scores(Path(model_dir), hypotheses, scores, name=prefix)
     return scores
 
 

@@ -51,7 +51,7 @@ from .monitoring import (
 from .plotting import plot_training_curve
 from .recipes import available_recipes, load_recipe
 from .tokenization import load_tokenizer, train_bpe
-from .training import TokenBudgetSeq2SeqTrainer, build_trainer, paper_training_arguments
+from .training import MIXED_PRECISIONS, TokenBudgetSeq2SeqTrainer, build_trainer, paper_training_arguments
 from .translate import translate
 
 logger = logging.getLogger(__name__)
@@ -136,6 +136,12 @@ class TrainOptions:
         default=3125, metadata=_help("padded tokens per batch, side and process (paper: 25k over 8 GPUs)")
     )
     gradient_accumulation_steps: int = field(default=1, metadata=_help("batches per update"))
+    mixed_precision: Literal[MIXED_PRECISIONS] = field(  # type: ignore[valid-type]
+        default="auto",
+        metadata=_help(
+            "auto: the launcher's (accelerate launch --mixed_precision), else bf16 on GPUs with it"
+        ),
+    )
     max_steps: int = field(default=100_000, metadata=_help("optimiser updates"))
     warmup_steps: int = field(default=4000, metadata=_help("warm-up steps of eq. (3)"))
     lr_scale: float = field(default=1.0, metadata=_help("multiplies eq. (3); 1 is the paper's learning rate"))
@@ -219,6 +225,10 @@ class TrainOptions:
 
     def _check_combinations(self) -> None:
         """Settings that only make sense together."""
+        if self.mixed_precision not in MIXED_PRECISIONS:
+            raise ValueError(
+                f"--mixed_precision must be one of {MIXED_PRECISIONS}, got {self.mixed_precision!r}."
+            )
         if self.final_model not in FINAL_MODELS:
             raise ValueError(f"--final_model must be one of {FINAL_MODELS}, got {self.final_model!r}.")
         if self.preset not in PRESETS:
@@ -526,6 +536,7 @@ def _training_arguments(options: TrainOptions, config: VaswaniTransformerConfig)
         eval_steps=options.eval_steps,
         logging_steps=min(options.logging_steps, options.max_steps),  # a short run still logs its loss
         seed=options.seed,
+        mixed_precision=options.mixed_precision,
         gradient_accumulation_steps=options.gradient_accumulation_steps,
         per_device_eval_batch_size=options.eval_batch_size,
         report_to=options.report_to or "none",
@@ -690,7 +701,9 @@ def _write_training_run(trainer: TokenBudgetSeq2SeqTrainer, train_seconds: float
         "steps": trainer.state.global_step,
         "train_seconds": round(train_seconds, 1),
         "hardware": hardware,
-        "mixed_precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+        "mixed_precision": {"no": "fp32"}.get(
+            trainer.accelerator.mixed_precision, trainer.accelerator.mixed_precision
+        ),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
     (folder / "training_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
@@ -720,9 +733,10 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
         logger.info(f"--overwrite: deleting the earlier run in {options.output_dir}")
         shutil.rmtree(options.output_dir)
     corpora = load_corpora(options)
-    with args.main_process_first(desc="joint BPE vocabulary"):
+    # local=False: on several machines, one process (on a shared --output_dir) writes what all of them read.
+    with args.main_process_first(local=False, desc="joint BPE vocabulary"):
         tokenizer = _tokenizer_for(options, corpora.train, is_main_process)
-    with args.main_process_first(desc="tokenising"):
+    with args.main_process_first(local=False, desc="tokenising"):
         tokenized, filter_stats = _tokenized_training_set(options, corpora.train, tokenizer)
     logger.info(filter_stats.summary())
     dev = None

@@ -1,6 +1,7 @@
 """The paper's training recipe (§5) on Seq2SeqTrainer: optimiser, schedule, token-budget batches, dev decoding."""
 
 import copy
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -43,6 +44,27 @@ def bf16_available() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
+MIXED_PRECISIONS = ("auto", "no", "fp16", "bf16")
+
+
+def mixed_precision_arguments(mixed_precision: str = "auto") -> dict[str, bool]:
+    """TrainingArguments' bf16/fp16 for a mixed precision; "auto" follows the launcher, else bf16 where it runs.
+
+    `accelerate launch` passes its choice (flag or config file) as ACCELERATE_MIXED_PRECISION, which the Trainer's
+    Accelerator reads when bf16 and fp16 are both off. A choice other than "auto" replaces the launcher's in this
+    process, so that "no" under a bf16 launcher config trains in fp32.
+    """
+    if mixed_precision not in MIXED_PRECISIONS:
+        raise ValueError(f"mixed precision must be one of {MIXED_PRECISIONS}, got {mixed_precision!r}.")
+    if mixed_precision == "auto":
+        if "ACCELERATE_MIXED_PRECISION" in os.environ:
+            return {"bf16": False, "fp16": False}
+        mixed_precision = "bf16" if bf16_available() else "no"
+    elif "ACCELERATE_MIXED_PRECISION" in os.environ:
+        os.environ["ACCELERATE_MIXED_PRECISION"] = mixed_precision
+    return {"bf16": mixed_precision == "bf16", "fp16": mixed_precision == "fp16"}
+
+
 def paper_training_arguments(
     output_dir: str | Path,
     d_model: int,
@@ -55,12 +77,14 @@ def paper_training_arguments(
     eval_steps: int = 0,
     logging_steps: int = 20,
     seed: int = 0,
+    mixed_precision: str = "auto",
     **overrides: object,
 ) -> Seq2SeqTrainingArguments:
     """Seq2SeqTrainingArguments with §5.3's optimiser and schedule; label smoothing lives in the model's loss.
 
     With `eval_steps` > 0 the dev set is decoded greedily every `eval_steps` updates; its BLEU is logged, and the
     checkpoint with the best dev BLEU is kept out of the `save_total_limit` rotation (one more is kept for it).
+    `mixed_precision` is "auto" (the launcher's, else bf16 where supported), "no", "fp16" or "bf16".
     """
     evaluating = eval_steps > 0
     values: dict[str, object] = {
@@ -75,7 +99,7 @@ def paper_training_arguments(
         "adam_epsilon": ADAM_EPSILON,
         "weight_decay": 0.0,
         "max_grad_norm": 0.0,  # the paper does not clip gradients
-        "bf16": bf16_available(),
+        **mixed_precision_arguments(mixed_precision),
         # Explicit on accelerator-less machines: it also lets torchrun run CPU processes as gloo DDP.
         "use_cpu": not (torch.cuda.is_available() or torch.backends.mps.is_available()),
         "save_strategy": "steps",

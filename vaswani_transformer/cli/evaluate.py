@@ -3,7 +3,8 @@ r"""Translate a test set with a saved model and report BLEU.
 Decoding follows the model's generation config (this package: the paper's §6.1 beam 4, GNMT length penalty
 α = 0.6, max output length = input length + 50), batched and length-sorted; --num-beams and --length-penalty
 override it. BLEU is case-sensitive unless the model's tokenizer lowercases. Writes hypotheses.txt and
-scores.json (with the decoding settings used) next to the model.
+scores.json (with the decoding settings used) next to the model; --name NAME writes NAME_hypotheses.txt and
+NAME_scores.json instead, and an earlier evaluation's files are replaced only with --overwrite.
 
     vaswani-evaluate runs/tatoeba-en-de/final --source test.en --references test.de
 
@@ -49,18 +50,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-beams", type=int, help="beam size (default: the model's generation config, 4)")
     parser.add_argument("--length-penalty", type=float, help="GNMT α (default: the model's, 0.6)")
     parser.add_argument("--batch-size", type=int, default=128, help="sentences per decoding batch")
+    parser.add_argument("--name", default="", help="write NAME_hypotheses.txt and NAME_scores.json")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation's files")
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Decode, score, and print the scores; returns the exit status."""
-    args = parse_args(argv)
-    sources, references = read_lines(args.source), read_lines(args.references)
-    if len(sources) != len(references):
-        raise SystemExit(
-            f"{args.source} has {len(sources)} lines but {args.references} has {len(references)}"
-        )
-    scores = evaluate_model(
+def evaluate(args: argparse.Namespace, sources: list[str], references: list[str], overrides: dict) -> dict:
+    """evaluate_model with the command's scoring, decoding and output options."""
+    return evaluate_model(
         args.model_dir,
         sources,
         references,
@@ -68,18 +65,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         references_tokenized=read_lines(args.references_tokenized),
         split_compounds=args.split_compounds,
         batch_size=args.batch_size,
+        name=args.name,
+        overwrite=args.overwrite,
         show_progress=True,
-        **{
-            name: value
-            for name in ("num_beams", "length_penalty")
-            if (value := getattr(args, name)) is not None
-        },
+        **overrides,
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Decode, score, and print the scores; returns the exit status (2: it would replace earlier scores)."""
+    args = parse_args(argv)
+    sources, references = read_lines(args.source), read_lines(args.references)
+    if len(sources) != len(references):
+        raise SystemExit(
+            f"{args.source} has {len(sources)} lines but {args.references} has {len(references)}"
+        )
+    overrides = {
+        name: value for name in ("num_beams", "length_penalty") if (value := getattr(args, name)) is not None
+    }
+    try:
+        scores = evaluate(args, sources, references, overrides)
+    except FileExistsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(json.dumps(scores, indent=2))
     print(
         f"sacreBLEU {scores['sacrebleu']['score']:.2f}  tokenised BLEU {scores['tokenized_bleu']['score']:.2f}"
     )
-    print(f"hypotheses and scores written to {args.model_dir}")
+    prefix = f"{args.name}_" if args.name else ""
+    print(f"{prefix}hypotheses.txt and {prefix}scores.json written to {args.model_dir}")
     return 0
 
 

@@ -9,7 +9,7 @@ recipe runs: a model on the embedded Tatoeba English-German corpus, sized for a 
     python scripts/train.py --recipe multi30k --data_dir DIR  # ... from DIR/multi30k, DIR/multi30k-tok
     python scripts/train.py --recipe multi30k --preset base --lr_scale 0.72 --output_dir runs/m30k-base
     python scripts/train.py --push_to_hub you/tatoeba-en-de --report_to tensorboard   # share, live curves
-    accelerate launch --multi_gpu --num_processes 8 scripts/train.py --recipe wmt14-base
+    accelerate launch --config_file configs/accelerate/multi_gpu.yaml scripts/train.py --recipe wmt14-base  # 8 GPUs
 
 Exit status: 0 on success, 2 for bad options or inputs (found before any training), 3 when training diverged or
 collapsed (the message says what to change; nothing is scored), 4 when --push_to_hub failed (the model is
