@@ -151,6 +151,11 @@ def write_scores(folder: Path, hypotheses: Sequence[str], scores: dict, *, name:
     return path
 
 
+def evaluation_prefix(name: str) -> str:
+    """The file-name prefix of a named evaluation: "wmt13" -> "wmt13_" (hypotheses.txt, scores.json after it)."""
+    return f"{name}_" if name else ""
+
+
 def evaluate_model(
     model_dir: str | Path,
     sources: Sequence[str],
@@ -169,7 +174,7 @@ def evaluate_model(
     one the model card reports) are replaced only with `overwrite`: checked before any decoding.
     `options` are those of `translate_and_score`: scoring options and `generate` overrides.
     """
-    prefix = f"{name}_" if name else ""
+    prefix = evaluation_prefix(name)
     scores_file = Path(model_dir) / f"{prefix}scores.json"
     if scores_file.exists() and not overwrite:
         raise FileExistsError(

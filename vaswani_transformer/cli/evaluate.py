@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..data import read_text_lines
-from ..evaluation import evaluate_model
+from ..evaluation import evaluate_model, evaluation_prefix
 
 
 def read_lines(path: Path | None) -> list[str] | None:
@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"sacreBLEU {scores['sacrebleu']['score']:.2f}  tokenised BLEU {scores['tokenized_bleu']['score']:.2f}"
     )
-    prefix = f"{args.name}_" if args.name else ""
+    prefix = evaluation_prefix(args.name)
     print(f"{prefix}hypotheses.txt and {prefix}scores.json written to {args.model_dir}")
     return 0
 
