@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForSeq2SeqLM
+from transformers import AutoModelForSeq2SeqLM, GenerationMixin
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.modeling_vaswani_transformer import (
     VaswaniTransformerSinusoidalPositionalEncoding,
+    check_beam_search_hooks,
     gnmt_as_power_of_length,
 )
 
@@ -147,15 +148,68 @@ def sequence_log_probability(model, source_batch, row: int, sequence: torch.Tens
     return log_probs.gather(-1, tokens.unsqueeze(-1)).sum().item(), len(tokens)
 
 
+@pytest.mark.parametrize("early_stopping", [True, False, "never"])
 @pytest.mark.parametrize("penalty_type", ["gnmt", "hf"])
-def test_beam_scores_use_the_configured_length_penalty(source_batch, penalty_type) -> None:
+def test_beam_scores_use_the_configured_length_penalty(source_batch, penalty_type, early_stopping) -> None:
     torch.manual_seed(1)
     model = VaswaniTransformerForConditionalGeneration(tiny_config(length_penalty_type=penalty_type)).eval()
-    out = model.generate(**source_batch, max_new_tokens=7, output_scores=True, return_dict_in_generate=True)
+    out = model.generate(
+        **source_batch,
+        max_new_tokens=7,
+        early_stopping=early_stopping,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     for row in range(2):
         log_probability, length = sequence_log_probability(model, source_batch, row, out.sequences[row])
         divisor = ((5 + length) / 6) ** 0.6 if penalty_type == "gnmt" else length**0.6
         assert out.sequences_scores[row].item() == pytest.approx(log_probability / divisor, rel=1e-4)
+
+
+@pytest.mark.parametrize("early_stopping", [True, False, "never"])
+@pytest.mark.parametrize("penalty_type", ["gnmt", "hf"])
+def test_early_stop_heuristic_bounds_running_beams_with_the_configured_penalty(
+    penalty_type, early_stopping
+) -> None:
+    """Beam search stops once no running beam can beat the worst finished one: the best running log-probability
+    (-4.0) divided by the penalty at the length it could reach (now: 10 tokens; "never": the limit, 20) against
+    a finished score of -1.5. GNMT and |Y|^α disagree here, so the test sees which one is applied."""
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(length_penalty_type=penalty_type))
+    length = 20 if early_stopping == "never" else 10
+    divisor = ((5 + length) / 6) ** 0.6 if penalty_type == "gnmt" else length**0.6
+    unsatisfied = model._check_early_stop_heuristic(
+        is_early_stop_heuristic_unsatisfied=torch.tensor([[True]]),
+        running_beam_scores=torch.tensor([[-4.0, -5.0]]),
+        beam_scores=torch.tensor([[-1.0, -1.5]]),
+        is_sent_finished=torch.tensor([[True, True]]),
+        cur_len=11,
+        max_length=21,
+        decoder_prompt_len=1,
+        early_stopping=early_stopping,
+        length_penalty=0.6,
+    )
+    assert unsatisfied.item() == (-4.0 / divisor > -1.5)
+    assert unsatisfied.item() == (penalty_type == "hf")  # the two forms disagree on these numbers
+
+
+def test_import_refuses_a_transformers_whose_beam_search_hooks_changed() -> None:
+    class Renamed(GenerationMixin):
+        _check_early_stop_heuristic = None
+
+    class Rekeyed(GenerationMixin):
+        @staticmethod
+        def _update_finished_beams(cur_len, prompt_len, length_penalty):  # decoder_prompt_len renamed
+            return None
+
+    class NotCalled(GenerationMixin):
+        def _beam_search(self, *args, **kwargs):
+            return self._update_finished_beams(cur_len=1, decoder_prompt_len=0, length_penalty=0.6)
+
+    check_beam_search_hooks(GenerationMixin)  # the installed transformers passes
+    for mixin, problem in ((Renamed, "_check_early_stop_heuristic is missing"), (Rekeyed, "lacks"),
+                           (NotCalled, "_check_early_stop_heuristic is no longer called")):  # fmt: skip
+        with pytest.raises(ImportError, match=problem):
+            check_beam_search_hooks(mixin)
 
 
 def test_gnmt_exponent_reproduces_the_paper_penalty() -> None:

@@ -18,6 +18,7 @@ COMMANDS = {
     "vaswani-push",
     "vaswani-plot-attention",
     "vaswani-plot-positional-encoding",
+    "vaswani-export-ctranslate2",
 }
 
 

@@ -5,6 +5,7 @@
 loss and §6.1 beam search with the GNMT length penalty.
 """
 
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
+from transformers import __version__ as transformers_version
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
@@ -551,6 +553,44 @@ def gnmt_as_power_of_length(alpha: float, length: int) -> float:
     return alpha * math.log((5.0 + length) / 6.0) / math.log(length)
 
 
+# The GNMT penalty rests on two private hooks of transformers' beam search. Should a transformers release rename
+# them, change their keywords or stop calling them, beam search would silently fall back to |Y|^α: refuse instead.
+BEAM_SEARCH_HOOKS = {
+    "_update_finished_beams": ("cur_len", "decoder_prompt_len", "length_penalty"),
+    "_check_early_stop_heuristic": (
+        "cur_len",
+        "decoder_prompt_len",
+        "length_penalty",
+        "early_stopping",
+        "max_length",
+    ),
+}
+
+
+def check_beam_search_hooks(mixin: type = GenerationMixin) -> None:
+    """Raise ImportError unless `mixin`'s beam search calls both hooks with the keywords the GNMT penalty uses."""
+    try:
+        beam_search = inspect.getsource(mixin._beam_search)
+    except (AttributeError, OSError, TypeError):
+        beam_search = None  # no source to read (e.g. a frozen install): the signatures are still checked
+    for name, keywords in BEAM_SEARCH_HOOKS.items():
+        hook = getattr(mixin, name, None)
+        parameters = inspect.signature(hook).parameters if callable(hook) else {}
+        missing = [keyword for keyword in keywords if keyword not in parameters]
+        not_called = beam_search is not None and f"self.{name}(" not in beam_search
+        if hook is None or missing or not_called:
+            problem = (
+                "is missing" if hook is None else f"lacks {missing}" if missing else "is no longer called"
+            )
+            raise ImportError(
+                f"transformers {transformers_version}: GenerationMixin.{name} {problem}, so the paper's GNMT "
+                "length penalty (§6.1) cannot be applied. Install a supported transformers (>=5.17,<6)."
+            )
+
+
+check_beam_search_hooks()
+
+
 class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedModel, GenerationMixin):
     """The translation model: decoder output → tied linear → softmax (§3.4), with the §5.4 training loss."""
 
@@ -655,6 +695,16 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
             source_length = int(mask.sum(-1).max()) if mask is not None else source.shape[-1]
             kwargs["max_new_tokens"] = source_length + self.config.max_length_offset
         return super().generate(inputs, generation_config, **kwargs)
+
+    # Beam search keeps the beams that scored best; only the decoder's self-attention cache follows them. Every
+    # beam of a sentence holds the same source, so its cross-attention keys/values need no reordering (transformers
+    # would copy all of them at every step: half the cache traffic of beam search).
+    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
 
     # transformers divides a finished beam's log-probability by |Y|^length_penalty. With length_penalty_type
     # "gnmt" we hand it, at each length, the exponent that makes that divisor ((5 + |Y|) / 6)^α instead.

@@ -1,0 +1,215 @@
+"""Decoding speed: our generate() against MarianMTModel.generate() (and our CTranslate2 export), same run.
+
+    python benchmarks/bench_decoding.py                                  # CPU: d512 6+6, vocabulary 8k
+    python benchmarks/bench_decoding.py --device cuda --dtype bfloat16 --vocab_size 37000 --batch 64
+    python benchmarks/bench_decoding.py --model runs/multi30k/final \\
+        --source ../shared/data/multi30k/test_2016_flickr.en               # a trained model on real sentences
+
+Fixed-length run (default): both models get the same random weights (Marian with our interleaved position table,
+zero attention biases), --batch source sentences of --source_length tokens, and decode exactly --new_tokens tokens
+(min = max), so both do the same work; beam 4 (the paper's) and greedy. With --model, the trained model and its
+Marian copy translate the --source file with the model's decoding settings (generation_config) in length-sorted
+batches, as `translate()` does; Marian's length penalty is |Y|^α, ours GNMT, so their outputs can differ slightly.
+Figures: sentences/s, output tokens/s, single-sentence latency (batch 1), peak GPU memory; medians of --repeats.
+"""
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import torch
+from bench_vs_marian import marian_twin
+from transformers import PreTrainedModel
+
+from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
+from vaswani_transformer.translate import length_sorted_batches
+
+
+def marian_copy(model: VaswaniTransformerForConditionalGeneration) -> PreTrainedModel:
+    """A MarianMTModel computing our model's function: same weights, our position table, zero attention biases."""
+    marian = marian_twin(model.config)
+    state = {name.replace("feed_forward.", ""): value for name, value in model.state_dict().items()}
+    missing, unexpected = marian.load_state_dict(state, strict=False)
+    assert not unexpected, unexpected
+    positions = model.get_encoder().embed_positions(torch.arange(marian.config.max_position_embeddings))
+    with torch.no_grad():
+        for (
+            name
+        ) in missing:  # what Marian has and we do not: attention biases, its positions, final_logits_bias
+            tensor = marian.get_buffer(name) if name == "final_logits_bias" else marian.get_parameter(name)
+            if "embed_positions" in name:
+                tensor.copy_(positions)
+            else:
+                tensor.zero_()
+        for norm in (m for m in marian.modules() if isinstance(m, torch.nn.LayerNorm)):
+            norm.eps = model.config.layer_norm_eps
+    return marian.to(model.device, model.dtype).eval()
+
+
+def median_seconds(run: Callable[[], object], repeats: int, device: str) -> float:
+    """Median wall time of `run` over `repeats` calls after one untimed call."""
+    times = []
+    for i in range(repeats + 1):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        run()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        if i:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def peak_memory_mb(run: Callable[[], object], device: str) -> float | None:
+    """Peak GPU memory of one call of `run` in MB (None on CPU)."""
+    if device != "cuda":
+        return None
+    torch.cuda.reset_peak_memory_stats()
+    run()
+    return torch.cuda.max_memory_allocated() / 2**20
+
+
+def fixed_length_runs(args: argparse.Namespace) -> None:
+    """Both models on random sources, exactly --new_tokens output tokens each, beam 4 and greedy."""
+    torch.manual_seed(0)
+    config = VaswaniTransformerConfig.from_preset(args.preset, vocab_size=args.vocab_size)
+    ours = (
+        VaswaniTransformerForConditionalGeneration(config).to(args.device, getattr(torch, args.dtype)).eval()
+    )
+    models = {"vaswani": ours, "marian": marian_copy(ours)}
+    sources = torch.randint(4, args.vocab_size, (args.batch, args.source_length), device=args.device)
+    sources[:, -1] = config.eos_token_id
+    fixed = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens}
+    exported = ctranslate2_twin(ours, args) if args.ctranslate2 else None
+    for beams in (4, 1):
+        settings = {**fixed, "num_beams": beams, "length_penalty": ours.generation_config.length_penalty}
+        figures: dict[str, float] = {}
+        for name, model in models.items():
+            batch = partial(model.generate, input_ids=sources, **settings)
+            single = partial(model.generate, input_ids=sources[:1], **settings)
+            with torch.inference_mode():
+                figures[name] = median_seconds(batch, args.repeats, args.device)
+                latency = median_seconds(single, args.repeats, args.device)
+                memory = peak_memory_mb(batch, args.device)
+            report(name, beams, args.batch, args.new_tokens, figures[name], latency, memory)
+        if exported is not None:
+            figures["ctranslate2"] = exported(sources, beams, args.new_tokens, args.repeats)
+            report("ct2", beams, args.batch, args.new_tokens, figures["ctranslate2"], None, None)
+        ratios = ", ".join(f"{name} {figures['marian'] / seconds:.2f}x" for name, seconds in figures.items())
+        print(f"beam {beams}: sentences/s relative to MarianMTModel: {ratios}")
+
+
+def report(name: str, beams: int, sentences: int, tokens: int, seconds: float, latency, memory) -> None:
+    """One line of figures."""
+    extra = f"  latency (1 sentence) {latency * 1e3:7.1f} ms" if latency is not None else ""
+    extra += f"  peak {memory:7.0f} MB" if memory is not None else ""
+    print(
+        f"{name:8s} beam {beams}: {seconds * 1e3:8.1f} ms  {sentences / seconds:8.1f} sentences/s  "
+        f"{sentences * tokens / seconds:9.0f} output tokens/s{extra}"
+    )
+
+
+def ctranslate2_twin(model: VaswaniTransformerForConditionalGeneration, args: argparse.Namespace):
+    """Our model exported to CTranslate2 (token names t0 … tV-1), as a timed decode function."""
+    import ctranslate2
+
+    from vaswani_transformer.export import ctranslate2_spec
+
+    class NumberedTokens:  # what the export reads of a tokenizer
+        unk_token = "t1"
+
+        def convert_ids_to_tokens(self, ids):
+            return [f"t{i}" for i in ids] if isinstance(ids, list) else f"t{ids}"
+
+    folder = Path(tempfile.mkdtemp(prefix="ct2-bench-"))
+    spec = ctranslate2_spec(model.float().cpu(), NumberedTokens(), 1024)
+    spec.validate()
+    spec.optimize()
+    spec.save(str(folder))
+    model.to(args.device, getattr(torch, args.dtype))
+    compute_type = {"float32": "float32", "bfloat16": "bfloat16"}[args.dtype]
+    translator = ctranslate2.Translator(str(folder), device=args.device, compute_type=compute_type)
+
+    def decode(sources: torch.Tensor, beams: int, new_tokens: int, repeats: int) -> float:
+        tokens = [[f"t{i}" for i in row] for row in sources.tolist()]
+        options = {"beam_size": beams, "min_decoding_length": new_tokens, "max_decoding_length": new_tokens}
+        options["length_penalty"] = model.generation_config.length_penalty
+        return median_seconds(lambda: translator.translate_batch(tokens, **options), repeats, "cpu")
+
+    return decode
+
+
+def trained_model_run(args: argparse.Namespace) -> None:
+    """The trained model and its Marian copy translate the --source file with the model's decoding settings."""
+    from vaswani_transformer.evaluation import load_for_decoding
+
+    ours, tokenizer = load_for_decoding(args.model, device=args.device, dtype=getattr(torch, args.dtype))
+    lines = Path(args.source).read_text(encoding="utf-8").splitlines()[: args.max_sentences]
+    encodings = tokenizer(lines)["input_ids"]
+    batches = length_sorted_batches([len(ids) for ids in encodings], args.batch)
+    settings = {**ours.generation_config.to_diff_dict(), "num_beams": ours.generation_config.num_beams}
+    settings = {k: settings[k] for k in ("num_beams", "length_penalty", "early_stopping") if k in settings}
+    outputs: dict[str, list[torch.Tensor]] = {}
+    seconds: dict[str, float] = {}
+    for name, model in (("vaswani", ours), ("marian", marian_copy(ours))):
+
+        def run(m=model, n=name):
+            outputs[n] = []
+            for batch in batches:
+                inputs = tokenizer.pad({"input_ids": [encodings[i] for i in batch]}, return_tensors="pt")
+                limit = int(inputs["attention_mask"].sum(-1).max()) + ours.config.max_length_offset
+                outputs[n].append(m.generate(**inputs.to(args.device), max_new_tokens=limit, **settings))
+
+        with torch.inference_mode():
+            seconds[name] = median_seconds(run, args.repeats, args.device)
+        tokens = sum(int((o[:, 1:] != tokenizer.pad_token_id).sum()) for o in outputs[name])
+        print(
+            f"{name:8s} {len(lines)} sentences, {settings}: {seconds[name]:7.2f} s  "
+            f"{len(lines) / seconds[name]:7.1f} sentences/s  {tokens / seconds[name]:8.0f} output tokens/s"
+        )
+    same = sum(
+        tokenizer.batch_decode(a, skip_special_tokens=True)
+        == tokenizer.batch_decode(b, skip_special_tokens=True)
+        for a, b in zip(outputs["vaswani"], outputs["marian"], strict=True)
+    )
+    print(f"speed-up over MarianMTModel: {seconds['marian'] / seconds['vaswani']:.2f}x "
+          f"({same}/{len(batches)} batches translated identically)")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--preset", default="base")
+    parser.add_argument("--vocab_size", type=int, default=8000)
+    parser.add_argument("--batch", type=int, default=16, help="sentences per batch")
+    parser.add_argument("--source_length", type=int, default=20)
+    parser.add_argument("--new_tokens", type=int, default=20, help="output tokens per sentence (fixed)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--ctranslate2", action="store_true", help="also time our model exported to CTranslate2"
+    )
+    parser.add_argument("--model", help="a trained model folder: translate --source with it instead")
+    parser.add_argument("--source", help="source sentences, one a line (with --model)")
+    parser.add_argument("--max_sentences", type=int, default=1000)
+    args = parser.parse_args()
+    print(
+        f"device {args.device}, dtype {args.dtype}, torch {torch.__version__}, threads {torch.get_num_threads()}"
+    )
+    if args.model:
+        if not args.source:
+            parser.error("--model needs --source FILE (sentences to translate)")
+        trained_model_run(args)
+    else:
+        fixed_length_runs(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Export a trained model folder (or Hub id) and its tokenizer to CTranslate2, for fast serving.
+
+    vaswani-export-ctranslate2 runs/multi30k/final runs/multi30k/ct2 --quantization int8
+
+Use it to serve translations in production: CTranslate2 decodes on CPU (int8 weights) and GPU without PyTorch,
+in C++ (pip install 'vaswani_transformer[ctranslate2]'). Translate with
+`vaswani_transformer.export.CTranslate2Translator(FOLDER).translate([...])`, which reads the tokenizer and the
+model's decoding settings from FOLDER. Training, evaluation and the reported BLEU stay with the PyTorch model:
+CTranslate2's length penalty is |Y|^α, not the paper's GNMT form, so beam search can differ on close calls.
+"""
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..export import QUANTIZATIONS, to_ctranslate2
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line arguments."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="vaswani-export-ctranslate2", description=__doc__, formatter_class=formatter
+    )
+    parser.add_argument("model", help="trained model folder (with its tokenizer) or Hub id user/name")
+    parser.add_argument("output_dir", type=Path, help="folder for the CTranslate2 model (new or empty)")
+    parser.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        help="weight type (default float32; int8 for fast CPU serving)",
+    )
+    parser.add_argument(
+        "--max_positions", type=int, default=1024, help="longest sentence in tokens, source and output (1024)"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace what is in OUTPUT_DIR")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Export and print the output folder; exit status 2 for a refused output folder or model."""
+    args = parse_args(argv)
+    try:
+        output = to_ctranslate2(
+            args.model,
+            args.output_dir,
+            quantization=args.quantization,
+            max_positions=args.max_positions,
+            overwrite=args.overwrite,
+        )
+    except (FileExistsError, FileNotFoundError, ValueError, ImportError) as error:
+        print(f"vaswani-export-ctranslate2: {error}", file=sys.stderr)
+        return 2
+    print(output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

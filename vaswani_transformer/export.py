@@ -1,0 +1,212 @@
+"""Export a trained model and its tokenizer to CTranslate2, the C++ engine for serving Transformer translators.
+
+CTranslate2's `TransformerSpec` describes our architecture exactly: post-norm layers (no final layer norm),
+bias-free attention projections (its biases are optional), ReLU feed-forward, embeddings × √d_model, one table
+shared by both embeddings and the softmax. Its built-in sinusoids put all sines before all cosines, the paper's
+(§3.5) interleave them, so the export writes our encodings as the position table (as CTranslate2 does for
+learned positions): `max_positions` rows, i.e. sentences of up to that many tokens, source and output.
+"""
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from .evaluation import load_for_decoding
+from .translate import length_sorted_batches
+
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16")
+ACTIVATIONS = ("relu", "gelu")
+DECODING_FILE = "decoding.json"
+
+
+def _ctranslate2() -> Any:
+    """The ctranslate2 module, or an error saying how to install it."""
+    try:
+        import ctranslate2
+    except ImportError as error:
+        raise ImportError(
+            "Exporting needs CTranslate2: pip install 'vaswani_transformer[ctranslate2]' (or ctranslate2)."
+        ) from error
+    return ctranslate2
+
+
+def check_exportable(model: PreTrainedModel) -> None:
+    """Refuse, before any work, a configuration CTranslate2's Transformer cannot express."""
+    config = model.config
+    if config.head_dim_k * config.num_heads != config.d_model or config.head_dim_v != config.head_dim_k:
+        raise ValueError(
+            f"CTranslate2 needs d_k = d_v = d_model / heads; this model has d_k={config.head_dim_k}, "
+            f"d_v={config.head_dim_v}, d_model={config.d_model}, heads={config.num_heads}."
+        )
+    if config.activation_function not in ACTIVATIONS:
+        raise ValueError(
+            f"CTranslate2 supports the activations {ACTIVATIONS}; this model uses {config.activation_function!r}."
+        )
+
+
+def position_table(model: PreTrainedModel, max_positions: int) -> torch.Tensor:
+    """The model's position encodings for positions 0 … max_positions-1, shape (max_positions, d_model)."""
+    positions = model.get_encoder().embed_positions
+    limit = getattr(positions, "num_embeddings", max_positions)  # a learned table has its own length
+    return positions(torch.arange(min(max_positions, limit), device=model.device)).float()
+
+
+def _set_linear(spec: Any, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    spec.weight = weight.detach().float().cpu().numpy()
+    if bias is not None:
+        spec.bias = bias.detach().float().cpu().numpy()
+
+
+def _set_layer_norm(spec: Any, layer_norm: torch.nn.LayerNorm) -> None:
+    spec.gamma = layer_norm.weight.detach().float().cpu().numpy()
+    spec.beta = layer_norm.bias.detach().float().cpu().numpy()
+
+
+def _set_attention(spec: Any, attention: torch.nn.Module, *, self_attention: bool) -> None:
+    """CTranslate2 fuses Q, K, V (self-attention) or K, V (cross-attention) into one projection."""
+    query, key, value = (attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight)
+    if self_attention:
+        _set_linear(spec.linear[0], torch.cat([query, key, value]))
+    else:
+        _set_linear(spec.linear[0], query)
+        _set_linear(spec.linear[1], torch.cat([key, value]))
+    _set_linear(spec.linear[-1], attention.out_proj.weight)
+
+
+def _set_feed_forward(spec: Any, layer: torch.nn.Module) -> None:
+    feed_forward = layer.feed_forward
+    _set_linear(spec.linear_0, feed_forward.fc1.weight, feed_forward.fc1.bias)
+    _set_linear(spec.linear_1, feed_forward.fc2.weight, feed_forward.fc2.bias)
+    _set_layer_norm(spec.layer_norm, layer.final_layer_norm)
+
+
+def _set_stack(spec: Any, stack: torch.nn.Module, positions: torch.Tensor, scale: float) -> None:
+    spec.scale_embeddings = scale
+    spec.position_encodings.encodings = positions.cpu().numpy()
+    embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    embeddings.weight = stack.embed_tokens.weight.detach().float().cpu().numpy()
+    for layer_spec, layer in zip(spec.layer, stack.layers, strict=True):
+        _set_attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
+        _set_layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
+        if hasattr(layer, "encoder_attn"):
+            _set_attention(layer_spec.attention, layer.encoder_attn, self_attention=False)
+            _set_layer_norm(layer_spec.attention.layer_norm, layer.encoder_attn_layer_norm)
+        _set_feed_forward(layer_spec.ffn, layer)
+
+
+def ctranslate2_spec(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_positions: int) -> Any:
+    """The CTranslate2 `TransformerSpec` of `model`, with its vocabulary and special tokens."""
+    ctranslate2 = _ctranslate2()
+    check_exportable(model)
+    config = model.config
+    activation = getattr(ctranslate2.specs.Activation, config.activation_function.upper())
+    spec = ctranslate2.specs.TransformerSpec.from_config(
+        (config.num_encoder_layers, config.num_decoder_layers),
+        config.num_heads,
+        pre_norm=False,  # §3.1: LayerNorm(x + Sublayer(x)), and no final layer norm
+        activation=activation,
+    )
+    positions = position_table(model, max_positions)
+    scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+    _set_stack(spec.encoder, model.get_encoder(), positions, scale)
+    _set_stack(spec.decoder, model.get_decoder(), positions, scale)
+    _set_linear(spec.decoder.projection, model.lm_head.weight)
+    tokens = tokenizer.convert_ids_to_tokens(list(range(config.vocab_size)))
+    spec.register_source_vocabulary(tokens)
+    spec.register_target_vocabulary(tokens)
+    spec.config.layer_norm_epsilon = config.layer_norm_eps
+    spec.config.bos_token = tokenizer.convert_ids_to_tokens(config.bos_token_id)
+    spec.config.eos_token = tokenizer.convert_ids_to_tokens(config.eos_token_id)
+    spec.config.unk_token = tokenizer.unk_token or tokenizer.convert_ids_to_tokens(config.pad_token_id)
+    spec.config.decoder_start_token = tokenizer.convert_ids_to_tokens(config.decoder_start_token_id)
+    return spec
+
+
+def to_ctranslate2(
+    model_dir: str | Path,
+    output_dir: str | Path,
+    *,
+    quantization: str | None = None,
+    max_positions: int = 1024,
+    overwrite: bool = False,
+) -> Path:
+    """Convert a saved model folder (or Hub id) and its tokenizer into a CTranslate2 model folder.
+
+    The folder also gets the tokenizer's files and the model's decoding settings, so `CTranslate2Translator`
+    needs nothing else. `quantization` is CTranslate2's weight type (int8 for fast CPU serving); default: float32.
+    """
+    output = Path(output_dir)
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}.")
+    if output.exists() and any(output.iterdir()) and not overwrite:
+        raise FileExistsError(
+            f"{output} is not empty; choose another folder or pass overwrite=True (--overwrite)."
+        )
+    if max_positions <= 0:
+        raise ValueError(f"max_positions must be positive, got {max_positions}.")
+    model, tokenizer = load_for_decoding(model_dir, device="cpu")
+    spec = ctranslate2_spec(model, tokenizer, max_positions)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    output.mkdir(parents=True, exist_ok=True)
+    spec.save(str(output))
+    tokenizer.save_pretrained(output)
+    (output / DECODING_FILE).write_text(
+        json.dumps(decoding_defaults(model), indent=2) + "\n", encoding="utf-8"
+    )
+    return output
+
+
+def decoding_defaults(model: PreTrainedModel) -> dict[str, Any]:
+    """The model's decoding (its generation config, §6.1) as CTranslate2 options, written beside the export."""
+    generation = model.generation_config
+    return {
+        "beam_size": generation.num_beams or 1,
+        "length_penalty": generation.length_penalty if (generation.num_beams or 1) > 1 else 1.0,
+        "max_length_offset": model.config.max_length_offset,
+        "min_decoding_length": generation.min_new_tokens
+        or 0,  # CTranslate2 would forbid </s> first by default
+    }
+
+
+class CTranslate2Translator:
+    """An exported model with its tokenizer: `CTranslate2Translator(folder).translate(["I love you."])`.
+
+    Decoding defaults to the model's own settings (read from DECODING_FILE). CTranslate2 divides a finished
+    beam's log-probability by |Y|^α where the model divides by ((5 + |Y|) / 6)^α (GNMT), so beam search can pick
+    a different hypothesis among close ones; greedy decoding (beam_size=1) gives the model's tokens.
+    """
+
+    def __init__(
+        self, folder: str | Path, *, device: str = "cpu", compute_type: str = "default", **options: Any
+    ):
+        ctranslate2 = _ctranslate2()
+        folder = Path(folder)
+        self.translator = ctranslate2.Translator(
+            str(folder), device=device, compute_type=compute_type, **options
+        )
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.decoding = json.loads((folder / DECODING_FILE).read_text(encoding="utf-8"))
+
+    def translate(self, texts: Sequence[str], *, batch_size: int = 64, **overrides: Any) -> list[str]:
+        """Translations of `texts` in input order; `overrides` are `translate_batch` options (beam_size=1 …)."""
+        options = {**self.decoding, **overrides}
+        offset = options.pop("max_length_offset")
+        sources = [
+            self.tokenizer.convert_ids_to_tokens(ids) for ids in self.tokenizer(list(texts))["input_ids"]
+        ]
+        outputs: list[list[str]] = [[] for _ in sources]
+        for batch in length_sorted_batches([len(tokens) for tokens in sources], batch_size):  # as `translate`
+            limit = max(len(sources[i]) for i in batch) + offset  # §6.1: input length + 50, as `generate`
+            results = self.translator.translate_batch(
+                [sources[i] for i in batch], max_decoding_length=limit, **options
+            )
+            for index, result in zip(batch, results, strict=True):
+                outputs[index] = result.hypotheses[0]
+        ids = [self.tokenizer.convert_tokens_to_ids(tokens) for tokens in outputs]
+        return [text.strip() for text in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
