@@ -33,36 +33,39 @@ def marian_copy(model: VaswaniTransformerForConditionalGeneration) -> PreTrained
     """A MarianMTModel computing our model's function: same weights, our position table, zero attention biases."""
     marian = marian_twin(model.config)
     state = {name.replace("feed_forward.", ""): value for name, value in model.state_dict().items()}
+    state["model.shared.weight"] = model.get_input_embeddings().weight
     missing, unexpected = marian.load_state_dict(state, strict=False)
     assert not unexpected, unexpected
     positions = model.get_encoder().embed_positions(torch.arange(marian.config.max_position_embeddings))
     with torch.no_grad():
-        for (
-            name
-        ) in missing:  # what Marian has and we do not: attention biases, its positions, final_logits_bias
-            tensor = marian.get_buffer(name) if name == "final_logits_bias" else marian.get_parameter(name)
+        for name in missing:  # what Marian has and we do not: its position tables, biases we do not use
             if "embed_positions" in name:
-                tensor.copy_(positions)
+                marian.get_parameter(name).copy_(positions)
+            elif name.endswith(".bias") or name == "final_logits_bias":
+                (
+                    marian.get_buffer(name) if name == "final_logits_bias" else marian.get_parameter(name)
+                ).zero_()
             else:
-                tensor.zero_()
+                raise ValueError(f"MarianMTModel's {name} has no counterpart in our model")
         for norm in (m for m in marian.modules() if isinstance(m, torch.nn.LayerNorm)):
             norm.eps = model.config.layer_norm_eps
     return marian.to(model.device, model.dtype).eval()
 
 
-def median_seconds(run: Callable[[], object], repeats: int, device: str) -> float:
-    """Median wall time of `run` over `repeats` calls after one untimed call."""
-    times = []
-    for i in range(repeats + 1):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        run()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        if i:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def alternating_medians(runs: dict[str, Callable[[], object]], repeats: int, device: str) -> dict[str, float]:
+    """Median wall time of each run, the runs taking turns (after one untimed round) so drift hits all alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for round_ in range(repeats + 1):
+        for name, run in runs.items():
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            run()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            if round_:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def peak_memory_mb(run: Callable[[], object], device: str) -> float | None:
@@ -78,44 +81,53 @@ def fixed_length_runs(args: argparse.Namespace) -> None:
     """Both models on random sources, exactly --new_tokens output tokens each, beam 4 and greedy."""
     torch.manual_seed(0)
     config = VaswaniTransformerConfig.from_preset(args.preset, vocab_size=args.vocab_size)
-    ours = (
-        VaswaniTransformerForConditionalGeneration(config).to(args.device, getattr(torch, args.dtype)).eval()
-    )
+    dtype = getattr(torch, args.dtype)
+    ours = VaswaniTransformerForConditionalGeneration(config).to(args.device, dtype).eval()
     models = {"vaswani": ours, "marian": marian_copy(ours)}
     sources = torch.randint(4, args.vocab_size, (args.batch, args.source_length), device=args.device)
     sources[:, -1] = config.eos_token_id
-    fixed = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens}
-    exported = ctranslate2_twin(ours, args) if args.ctranslate2 else None
+    exported = ctranslate2_twins(ours, args) if args.ctranslate2 else {}
     for beams in (4, 1):
-        settings = {**fixed, "num_beams": beams, "length_penalty": ours.generation_config.length_penalty}
-        figures: dict[str, float] = {}
-        for name, model in models.items():
-            batch = partial(model.generate, input_ids=sources, **settings)
-            single = partial(model.generate, input_ids=sources[:1], **settings)
-            with torch.inference_mode():
-                figures[name] = median_seconds(batch, args.repeats, args.device)
-                latency = median_seconds(single, args.repeats, args.device)
-                memory = peak_memory_mb(batch, args.device)
-            report(name, beams, args.batch, args.new_tokens, figures[name], latency, memory)
-        if exported is not None:
-            figures["ctranslate2"] = exported(sources, beams, args.new_tokens, args.repeats)
-            report("ct2", beams, args.batch, args.new_tokens, figures["ctranslate2"], None, None)
-        ratios = ", ".join(f"{name} {figures['marian'] / seconds:.2f}x" for name, seconds in figures.items())
+        settings = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "num_beams": beams}
+        if beams > 1:
+            settings["length_penalty"] = ours.generation_config.length_penalty
+        batch = {
+            name: partial(model.generate, input_ids=sources, **settings) for name, model in models.items()
+        }
+        single = {
+            name: partial(model.generate, input_ids=sources[:1], **settings) for name, model in models.items()
+        }
+        for name, decode in exported.items():
+            batch[name] = partial(decode, sources, beams, args.new_tokens)
+            single[name] = partial(decode, sources[:1], beams, args.new_tokens)
+        with torch.inference_mode():
+            seconds = alternating_medians(batch, args.repeats, args.device)
+            latency = alternating_medians(single, args.repeats, args.device)
+            memory = {name: peak_memory_mb(batch[name], args.device) for name in models}
+        for name in batch:
+            report(name, beams, args.batch, args.new_tokens, seconds[name], latency[name], memory.get(name))
+        ratios = ", ".join(
+            f"{name} {seconds['marian'] / seconds[name]:.2f}x (latency {latency['marian'] / latency[name]:.2f}x)"
+            for name in batch
+        )
         print(f"beam {beams}: sentences/s relative to MarianMTModel: {ratios}")
 
 
-def report(name: str, beams: int, sentences: int, tokens: int, seconds: float, latency, memory) -> None:
+def report(
+    name: str, beams: int, sentences: int, tokens: int, seconds: float, latency: float, memory: float | None
+) -> None:
     """One line of figures."""
-    extra = f"  latency (1 sentence) {latency * 1e3:7.1f} ms" if latency is not None else ""
-    extra += f"  peak {memory:7.0f} MB" if memory is not None else ""
+    extra = f"  peak {memory:7.0f} MB" if memory is not None else ""
     print(
-        f"{name:8s} beam {beams}: {seconds * 1e3:8.1f} ms  {sentences / seconds:8.1f} sentences/s  "
-        f"{sentences * tokens / seconds:9.0f} output tokens/s{extra}"
+        f"{name:12s} beam {beams}: {seconds * 1e3:8.1f} ms  {sentences / seconds:8.1f} sentences/s  "
+        f"{sentences * tokens / seconds:9.0f} output tokens/s  latency (1 sentence) {latency * 1e3:7.1f} ms{extra}"
     )
 
 
-def ctranslate2_twin(model: VaswaniTransformerForConditionalGeneration, args: argparse.Namespace):
-    """Our model exported to CTranslate2 (token names t0 … tV-1), as a timed decode function."""
+def ctranslate2_twins(
+    model: VaswaniTransformerForConditionalGeneration, args: argparse.Namespace
+) -> dict[str, Callable[[torch.Tensor, int, int], object]]:
+    """Our model exported to CTranslate2 (token names t0 … tV-1), run in float32 and with int8 weights."""
     import ctranslate2
 
     from vaswani_transformer.export import ctranslate2_spec
@@ -123,7 +135,7 @@ def ctranslate2_twin(model: VaswaniTransformerForConditionalGeneration, args: ar
     class NumberedTokens:  # what the export reads of a tokenizer
         unk_token = "t1"
 
-        def convert_ids_to_tokens(self, ids):
+        def convert_ids_to_tokens(self, ids: int | list[int]) -> str | list[str]:
             return [f"t{i}" for i in ids] if isinstance(ids, list) else f"t{ids}"
 
     folder = Path(tempfile.mkdtemp(prefix="ct2-bench-"))
@@ -132,16 +144,29 @@ def ctranslate2_twin(model: VaswaniTransformerForConditionalGeneration, args: ar
     spec.optimize()
     spec.save(str(folder))
     model.to(args.device, getattr(torch, args.dtype))
-    compute_type = {"float32": "float32", "bfloat16": "bfloat16"}[args.dtype]
-    translator = ctranslate2.Translator(str(folder), device=args.device, compute_type=compute_type)
+    threads = {"intra_threads": torch.get_num_threads()} if args.device == "cpu" else {}
+    compute_types = {
+        "ct2-" + args.dtype: args.dtype,
+        "ct2-int8": "int8" if args.device == "cpu" else "int8_bfloat16",
+    }
+    decoders = {}
+    for name, compute_type in compute_types.items():
+        translator = ctranslate2.Translator(
+            str(folder), device=args.device, compute_type=compute_type, **threads
+        )
 
-    def decode(sources: torch.Tensor, beams: int, new_tokens: int, repeats: int) -> float:
-        tokens = [[f"t{i}" for i in row] for row in sources.tolist()]
-        options = {"beam_size": beams, "min_decoding_length": new_tokens, "max_decoding_length": new_tokens}
-        options["length_penalty"] = model.generation_config.length_penalty
-        return median_seconds(lambda: translator.translate_batch(tokens, **options), repeats, "cpu")
+        def decode(sources: torch.Tensor, beams: int, new_tokens: int, translator=translator) -> object:
+            tokens = [[f"t{i}" for i in row] for row in sources.tolist()]
+            return translator.translate_batch(
+                tokens,
+                beam_size=beams,
+                min_decoding_length=new_tokens,
+                max_decoding_length=new_tokens,
+                length_penalty=model.generation_config.length_penalty,
+            )
 
-    return decode
+        decoders[name] = decode
+    return decoders
 
 
 def trained_model_run(args: argparse.Namespace) -> None:
@@ -166,19 +191,25 @@ def trained_model_run(args: argparse.Namespace) -> None:
                 outputs[n].append(m.generate(**inputs.to(args.device), max_new_tokens=limit, **settings))
 
         with torch.inference_mode():
-            seconds[name] = median_seconds(run, args.repeats, args.device)
+            seconds[name] = alternating_medians({name: run}, args.repeats, args.device)[name]
         tokens = sum(int((o[:, 1:] != tokenizer.pad_token_id).sum()) for o in outputs[name])
         print(
             f"{name:8s} {len(lines)} sentences, {settings}: {seconds[name]:7.2f} s  "
             f"{len(lines) / seconds[name]:7.1f} sentences/s  {tokens / seconds[name]:8.0f} output tokens/s"
         )
-    same = sum(
-        tokenizer.batch_decode(a, skip_special_tokens=True)
-        == tokenizer.batch_decode(b, skip_special_tokens=True)
-        for a, b in zip(outputs["vaswani"], outputs["marian"], strict=True)
+    texts = {
+        name: [
+            text
+            for batch in outputs[name]
+            for text in tokenizer.batch_decode(batch, skip_special_tokens=True)
+        ]
+        for name in outputs
+    }
+    same = sum(a == b for a, b in zip(texts["vaswani"], texts["marian"], strict=True))
+    print(
+        f"speed-up over MarianMTModel: {seconds['marian'] / seconds['vaswani']:.2f}x "
+        f"({same}/{len(lines)} translations identical: the forward passes agree exactly, Marian's length penalty is |Y|^α)"
     )
-    print(f"speed-up over MarianMTModel: {seconds['marian'] / seconds['vaswani']:.2f}x "
-          f"({same}/{len(batches)} batches translated identically)")  # fmt: skip
 
 
 def main() -> None:

@@ -113,11 +113,12 @@ def main() -> None:
             args.device,
         )
         model.eval()
+        paper = models["vaswani"].generation_config  # beam 4, α 0.6 (§6.1), given to both models
         decode_kwargs = {
-            "num_beams": 4,
+            "num_beams": paper.num_beams,
             "max_new_tokens": args.length,
             "min_new_tokens": args.length,
-            "length_penalty": 0.6,
+            "length_penalty": paper.length_penalty,
         }
         with torch.inference_mode(), torch.autocast(args.device, dtype=dtype, enabled=dtype != torch.float32):
             decode = median_seconds(

@@ -68,6 +68,7 @@ def test_multi30k_recipe_in_miniature(shared_data: Path, tmp_path: Path, caplog)
     assert scores["decoding"] == {
         "num_beams": 2,
         "do_sample": False,
+        "dtype": "float32",
         "length_penalty": 0.6,
         "length_penalty_type": "gnmt",
         "early_stopping": True,

@@ -130,6 +130,42 @@ def test_cached_decoding_equals_full_recomputation(tiny_model, source_batch) -> 
     torch.testing.assert_close(beam_cache.sequences_scores, beam_full.sequences_scores, rtol=1e-4, atol=1e-4)
 
 
+def test_beam_search_reorders_the_cache_like_recomputing_everything(source_batch) -> None:
+    """Only the self-attention cache follows the chosen beams (`_reorder_cache`); with beams that do move, the
+    cached search must equal the search that recomputes every step from the tokens."""
+    torch.manual_seed(0)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(init_std=1.0)).eval()
+    beam = {"num_beams": 4, "max_new_tokens": 9, "output_scores": True, "return_dict_in_generate": True}
+    cached = model.generate(**source_batch, use_cache=True, **beam)
+    full = model.generate(**source_batch, use_cache=False, **beam)
+    assert (full.beam_indices[:, :9] != full.beam_indices[:, :1]).any()  # the search moved between beams
+    assert torch.equal(cached.sequences, full.sequences)
+    torch.testing.assert_close(cached.sequences_scores, full.sequences_scores, rtol=1e-4, atol=1e-4)
+    for with_cache, without in zip(cached.scores, full.scores, strict=True):
+        torch.testing.assert_close(with_cache, without, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_static_cache_decodes_like_the_dynamic_cache(source_batch, num_beams) -> None:
+    """transformers' pre-allocated cache (`cache_implementation="static"`, what torch.compile / CUDA graphs need)
+    gives the tokens and scores of the default cache, for greedy search and beam search (the beam reorder)."""
+    torch.manual_seed(0)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(init_std=1.0)).eval()
+    settings = {
+        "num_beams": num_beams,
+        "max_new_tokens": 9,
+        "output_scores": True,
+        "return_dict_in_generate": True,
+    }
+    dynamic = model.generate(**source_batch, **settings)
+    static = model.generate(**source_batch, cache_implementation="static", **settings)
+    assert torch.equal(static.sequences, dynamic.sequences)
+    if num_beams > 1:  # the search moved between beams, so the caches were reordered
+        assert (dynamic.beam_indices[:, :9] != dynamic.beam_indices[:, :1]).any()
+    for with_static, with_dynamic in zip(static.scores, dynamic.scores, strict=True):
+        torch.testing.assert_close(with_static, with_dynamic, rtol=1e-4, atol=1e-4)
+
+
 def test_cross_attention_keys_are_computed_once_per_generation(tiny_model, source_batch) -> None:
     calls = []
     tiny_model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(lambda *_: calls.append(1))

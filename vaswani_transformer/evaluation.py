@@ -65,18 +65,24 @@ def check_model_name(name: str | Path) -> str:
     return str(Path(text).expanduser()) if Path(text).expanduser().exists() else text
 
 
+def decoding_dtype(device: str) -> torch.dtype:
+    """bfloat16 on a GPU that computes in it (twice the decoding speed), float32 elsewhere."""
+    return torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
+
+
 def load_for_decoding(
     model_dir: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A saved model (folder or Hub id) and its tokenizer, loaded the way a user loads them, in eval mode.
 
-    By default the model goes to the GPU when there is one, in fp32 (pass `dtype=torch.bfloat16` for speed).
+    By default the model goes to the GPU when there is one, in `decoding_dtype` (bfloat16 there, else float32).
     """
     name = check_model_name(model_dir)
-    model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=dtype)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=dtype or decoding_dtype(device))
     tokenizer = AutoTokenizer.from_pretrained(name)
     check_vocabulary(model, tokenizer, name)
-    return model.to(device or ("cuda" if torch.cuda.is_available() else "cpu")).eval(), tokenizer
+    return model.to(device).eval(), tokenizer
 
 
 def check_vocabulary(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) -> None:
@@ -95,6 +101,7 @@ def decoding_settings(model: PreTrainedModel, **overrides: Any) -> dict[str, Any
     config = copy.deepcopy(model.generation_config)
     config.update(**overrides)
     settings: dict[str, Any] = {"num_beams": config.num_beams or 1, "do_sample": bool(config.do_sample)}
+    settings["dtype"] = str(model.dtype).removeprefix("torch.")
     if settings["num_beams"] > 1:  # the length penalty and early stopping only act in beam search
         settings["length_penalty"] = config.length_penalty
         settings["length_penalty_type"] = getattr(model.config, "length_penalty_type", "hf")

@@ -173,7 +173,10 @@ def _decoding_text(settings: dict[str, Any]) -> str:
         form = "((5 + |Y|) / 6)^α" if settings.get("length_penalty_type") == "gnmt" else "|Y|^α"
         text += f", length penalty α = {settings.get('length_penalty')} in the form {form}"
     limit = settings.get("max_new_tokens", settings.get("max_length"))
-    return text + (f", output limit: {limit} tokens" if limit is not None else "")
+    text += f", output limit: {limit} tokens" if limit is not None else ""
+    return text + (
+        f", computed in {settings['dtype']}" if settings.get("dtype", "float32") != "float32" else ""
+    )
 
 
 def _final_model_text(options: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..data import split_lines
-from ..evaluation import load_for_decoding
+from ..evaluation import decoding_dtype, load_for_decoding
 from ..translate import translate
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -59,8 +59,7 @@ def _device_and_dtype(device: str, dtype: str) -> tuple[str, torch.dtype]:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if dtype == "auto":
-        on_gpu = device.startswith("cuda") and torch.cuda.is_bf16_supported()
-        return device, torch.bfloat16 if on_gpu else torch.float32
+        return device, decoding_dtype(device)
     return device, DTYPES[dtype]
 
 
