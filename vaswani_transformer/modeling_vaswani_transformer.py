@@ -408,6 +408,12 @@ class VaswaniTransformerEncoder(VaswaniTransformerStack):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
+def _take_cache(past_key_values: Cache | None, kwargs: dict[str, Any]) -> Cache | None:
+    """The decoding cache, named `past_key_values` (transformers 5.17–5.23) or `cache` (its name from 5.24)."""
+    cache = kwargs.pop("cache", None)
+    return past_key_values if past_key_values is not None else cache
+
+
 class VaswaniTransformerDecoder(VaswaniTransformerStack):
     """The decoder stack: N identical layers with masked self-attention and encoder-decoder attention."""
 
@@ -435,6 +441,7 @@ class VaswaniTransformerDecoder(VaswaniTransformerStack):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
+        past_key_values = _take_cache(past_key_values, kwargs)
         inputs_embeds = self._scaled_embeddings(input_ids, inputs_embeds)
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())  # self- and cross-attention
@@ -518,6 +525,7 @@ class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
+        past_key_values = _take_cache(past_key_values, kwargs)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
@@ -649,6 +657,7 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
+        past_key_values = _take_cache(past_key_values, kwargs)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
