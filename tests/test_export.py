@@ -23,22 +23,25 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def random_model_dir(trained_run, tmp_path_factory) -> Path:
+def random_model_dirs(trained_run, tmp_path_factory) -> dict[str, Path]:
     """The miniature's architecture and tokenizer with large random weights and every LayerNorm and bias
     perturbed: its greedy outputs differ per sentence (the trained miniature's are empty), and a mix-up in the
-    export (gamma for beta, fc1 for fc2, K for V) changes the numbers."""
+    export (gamma for beta, fc1 for fc2, K for V) changes the numbers. Also with learned positions (Table 3,
+    row E), where the encoder and the decoder have tables of their own."""
     trained, tokenizer = load_for_decoding(trained_run.model_dir, device="cpu")
-    torch.manual_seed(0)
-    model = VaswaniTransformerForConditionalGeneration(trained.config.__class__(**{
-        **trained.config.to_dict(), "init_std": 0.5}))  # fmt: skip
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" in name or "bias" in name:
-                parameter.add_(0.3 * torch.randn_like(parameter))
-    folder = tmp_path_factory.mktemp("random")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    folders = {}
+    for which, overrides in (("random", {}), ("learned positions", {"position_embedding_type": "learned"})):
+        torch.manual_seed(0)
+        config = trained.config.__class__(**{**trained.config.to_dict(), "init_std": 0.5, **overrides})
+        model = VaswaniTransformerForConditionalGeneration(config)
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if "norm" in name or "bias" in name:
+                    parameter.add_(0.3 * torch.randn_like(parameter))
+        folders[which] = tmp_path_factory.mktemp("random")
+        model.save_pretrained(folders[which])
+        tokenizer.save_pretrained(folders[which])
+    return folders
 
 
 def forced_log_probs(model, tokenizer, source: str, target_ids: list[int]) -> torch.Tensor:
@@ -50,11 +53,11 @@ def forced_log_probs(model, tokenizer, source: str, target_ids: list[int]) -> to
     return logits.log_softmax(-1)[0].gather(-1, labels[0].unsqueeze(-1)).squeeze(-1)
 
 
-@pytest.mark.parametrize("which", ["trained", "random"])
+@pytest.mark.parametrize("which", ["trained", "random", "learned positions"])
 def test_exported_model_gives_our_token_log_probabilities_and_greedy_translations(
-    which, trained_run, random_model_dir, tmp_path
+    which, trained_run, random_model_dirs, tmp_path
 ) -> None:
-    model_dir = trained_run.model_dir if which == "trained" else random_model_dir
+    model_dir = trained_run.model_dir if which == "trained" else random_model_dirs[which]
     model, tokenizer = load_for_decoding(model_dir, device="cpu")
     exported = CTranslate2Translator(to_ctranslate2(model_dir, tmp_path / "ct2"))
     # Teacher-forced scores of a real reference: every token's log-probability, not only the argmax.
@@ -76,6 +79,9 @@ def test_exported_model_gives_our_token_log_probabilities_and_greedy_translation
     )
     if which == "random":
         assert len(set(greedy)) == len(SENTENCES)  # the comparison is not between empty strings
+    if which == "learned positions":  # the export must not give the decoder the encoder's table
+        encoder, decoder = model.get_encoder().embed_positions, model.get_decoder().embed_positions
+        assert not torch.equal(encoder.weight, decoder.weight)
 
 
 def test_export_writes_the_models_decoding_and_refuses_to_overwrite(trained_run, tmp_path) -> None:

@@ -8,7 +8,6 @@ learned positions): `max_positions` rows, i.e. sentences of up to that many toke
 """
 
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -49,22 +48,30 @@ def check_exportable(model: PreTrainedModel) -> None:
         )
 
 
-def position_table(model: PreTrainedModel, max_positions: int) -> torch.Tensor:
-    """The model's position encodings for positions 0 … max_positions-1, shape (max_positions, d_model)."""
-    positions = model.get_encoder().embed_positions
+def position_table(stack: torch.nn.Module, max_positions: int) -> torch.Tensor:
+    """A stack's position encodings for positions 0 … max_positions-1, shape (max_positions, d_model).
+
+    The sinusoids are the same in both stacks; learned tables (Table 3, row E) are one per stack.
+    """
+    positions = stack.embed_positions
     limit = getattr(positions, "num_embeddings", max_positions)  # a learned table has its own length
-    return positions(torch.arange(min(max_positions, limit), device=model.device)).float()
+    return positions(torch.arange(min(max_positions, limit), device=stack.device))
+
+
+def _array(tensor: torch.Tensor) -> Any:
+    """A float32 numpy copy of `tensor`, as the spec stores weights (CTranslate2 quantizes them itself)."""
+    return tensor.detach().float().cpu().numpy()
 
 
 def _set_linear(spec: Any, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-    spec.weight = weight.detach().float().cpu().numpy()
+    spec.weight = _array(weight)
     if bias is not None:
-        spec.bias = bias.detach().float().cpu().numpy()
+        spec.bias = _array(bias)
 
 
 def _set_layer_norm(spec: Any, layer_norm: torch.nn.LayerNorm) -> None:
-    spec.gamma = layer_norm.weight.detach().float().cpu().numpy()
-    spec.beta = layer_norm.bias.detach().float().cpu().numpy()
+    spec.gamma = _array(layer_norm.weight)
+    spec.beta = _array(layer_norm.bias)
 
 
 def _set_attention(spec: Any, attention: torch.nn.Module, *, self_attention: bool) -> None:
@@ -85,11 +92,11 @@ def _set_feed_forward(spec: Any, layer: torch.nn.Module) -> None:
     _set_layer_norm(spec.layer_norm, layer.final_layer_norm)
 
 
-def _set_stack(spec: Any, stack: torch.nn.Module, positions: torch.Tensor, scale: float) -> None:
-    spec.scale_embeddings = scale
-    spec.position_encodings.encodings = positions.cpu().numpy()
+def _set_stack(spec: Any, stack: torch.nn.Module, max_positions: int) -> None:
+    spec.scale_embeddings = stack.embed_scale  # §3.4: sqrt(d_model)
+    spec.position_encodings.encodings = _array(position_table(stack, max_positions))
     embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
-    embeddings.weight = stack.embed_tokens.weight.detach().float().cpu().numpy()
+    embeddings.weight = _array(stack.embed_tokens.weight)
     for layer_spec, layer in zip(spec.layer, stack.layers, strict=True):
         _set_attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
         _set_layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
@@ -111,10 +118,8 @@ def ctranslate2_spec(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
         pre_norm=False,  # §3.1: LayerNorm(x + Sublayer(x)), and no final layer norm
         activation=activation,
     )
-    positions = position_table(model, max_positions)
-    scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-    _set_stack(spec.encoder, model.get_encoder(), positions, scale)
-    _set_stack(spec.decoder, model.get_decoder(), positions, scale)
+    _set_stack(spec.encoder, model.get_encoder(), max_positions)
+    _set_stack(spec.decoder, model.get_decoder(), max_positions)
     _set_linear(spec.decoder.projection, model.lm_head.weight)
     tokens = tokenizer.convert_ids_to_tokens(list(range(config.vocab_size)))
     spec.register_source_vocabulary(tokens)
@@ -165,12 +170,13 @@ def to_ctranslate2(
 def decoding_defaults(model: PreTrainedModel) -> dict[str, Any]:
     """The model's decoding (its generation config, §6.1) as CTranslate2 options, written beside the export."""
     generation = model.generation_config
+    beams = generation.num_beams or 1
     return {
-        "beam_size": generation.num_beams or 1,
-        "length_penalty": generation.length_penalty if (generation.num_beams or 1) > 1 else 1.0,
+        "beam_size": beams,
+        "length_penalty": generation.length_penalty if beams > 1 else 1.0,
         "max_length_offset": model.config.max_length_offset,
-        "min_decoding_length": generation.min_new_tokens
-        or 0,  # CTranslate2 would forbid </s> first by default
+        # CTranslate2's default minimum of 1 would forbid </s> as the first token; the model allows it.
+        "min_decoding_length": generation.min_new_tokens or 0,
     }
 
 
