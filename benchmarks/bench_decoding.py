@@ -177,8 +177,8 @@ def trained_model_run(args: argparse.Namespace) -> None:
     lines = Path(args.source).read_text(encoding="utf-8").splitlines()[: args.max_sentences]
     encodings = tokenizer(lines)["input_ids"]
     batches = length_sorted_batches([len(ids) for ids in encodings], args.batch)
-    settings = {**ours.generation_config.to_diff_dict(), "num_beams": ours.generation_config.num_beams}
-    settings = {k: settings[k] for k in ("num_beams", "length_penalty", "early_stopping") if k in settings}
+    paper = ours.generation_config  # given to Marian too, which has its own defaults
+    settings = {name: getattr(paper, name) for name in ("num_beams", "length_penalty", "early_stopping")}
     outputs: dict[str, list[torch.Tensor]] = {}
     seconds: dict[str, float] = {}
     for name, model in (("vaswani", ours), ("marian", marian_copy(ours))):
