@@ -1,9 +1,11 @@
 """The model: positions, masks, cache, attention implementations, save/load, generation."""
 
+import json
 import math
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, GenerationMixin
 
 from tests.conftest import tiny_config
-from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from vaswani_transformer import VaswaniTransformerForConditionalGeneration, modeling_vaswani_transformer
 from vaswani_transformer.modeling_vaswani_transformer import (
     VaswaniTransformerSinusoidalPositionalEncoding,
     check_beam_search_hooks,
@@ -283,6 +285,95 @@ def test_loss_is_label_smoothed_per_token(tiny_model, source_batch) -> None:
     uniform = -log_probs.mean(-1)[keep]
     expected = ((1 - 0.1) * nll + 0.1 * uniform).sum() / keep.sum()
     assert out.loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def _loss_and_gradients(
+    fused: bool, precision: str, num_items_in_batch: torch.Tensor | None, source_batch
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
+    """Loss, every parameter's gradient and the logits of one training forward/backward of a seeded tiny model."""
+    torch.manual_seed(0)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(fused_loss=fused)).train()
+    if precision == "bf16 weights":
+        model.to(torch.bfloat16)
+    labels = torch.tensor([[20, 21, 22, 23, 3], [30, 31, 3, -100, -100]])
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16 autocast"):
+        out = model(**source_batch, labels=labels, num_items_in_batch=num_items_in_batch)
+    out.loss.backward()
+    gradients = {name: p.grad.float() for name, p in model.named_parameters()}
+    return out.loss.float(), gradients, out.logits
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16 autocast", "bf16 weights"])
+@pytest.mark.parametrize("num_items_in_batch", [None, torch.tensor(11)])
+def test_fused_loss_gives_the_loss_and_gradients_of_the_logits_path(
+    source_batch, precision, num_items_in_batch, monkeypatch
+) -> None:
+    # 4 target tokens per chunk: the 10 tokens make 3 chunks, the last one partial and all padding
+    monkeypatch.setitem(modeling_vaswani_transformer.LOSS_CHUNK_ELEMENTS, "cpu", 4 * 64)
+    loss, gradients, logits = _loss_and_gradients(False, precision, num_items_in_batch, source_batch)
+    fused_loss, fused_gradients, fused_logits = _loss_and_gradients(
+        True, precision, num_items_in_batch, source_batch
+    )
+    assert logits is not None and fused_logits is None  # the fused path never builds them
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if precision == "fp32" else {"rtol": 2e-2, "atol": 2e-2}
+    torch.testing.assert_close(fused_loss, loss, **tolerance)
+    assert fused_gradients.keys() == gradients.keys()
+    for name, gradient in gradients.items():
+        scale = gradient.abs().max().clamp(min=1e-3)  # bf16: compare relative to the tensor's largest entry
+        torch.testing.assert_close(fused_gradients[name] / scale, gradient / scale, **tolerance, msg=name)
+
+
+def test_fused_loss_is_only_taken_when_training_with_gradients(source_batch) -> None:
+    torch.manual_seed(0)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config())
+    labels = torch.tensor([[20, 21, 3], [30, 3, -100]])
+    assert model.train()(**source_batch, labels=labels).logits is None
+    with torch.no_grad():
+        no_grad = model(**source_batch, labels=labels)
+    evaluated = model.eval()(**source_batch, labels=labels)
+    torch.testing.assert_close(no_grad.logits, evaluated.logits)  # dropout is 0: train and eval agree
+    torch.testing.assert_close(evaluated.loss, model.label_smoothed_loss(evaluated.logits, labels))
+
+
+def test_checkpoint_saved_before_the_fused_loss_loads_and_trains_identically(
+    tiny_model, source_batch, tmp_path: Path
+) -> None:
+    tiny_model.save_pretrained(tmp_path)
+    config_file = tmp_path / "config.json"
+    config = json.loads(config_file.read_text())
+    del config["fused_loss"]  # as written before the setting existed
+    config_file.write_text(json.dumps(config))
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).train()
+    assert loaded.config.fused_loss
+    labels = torch.tensor([[20, 21, 3], [30, 3, -100]])
+    expected = tiny_model.label_smoothed_loss(tiny_model(**source_batch, labels=labels).logits, labels)
+    torch.testing.assert_close(loaded(**source_batch, labels=labels).loss, expected)
+
+
+def test_training_forward_compiles_to_one_graph_that_follows_batch_shapes() -> None:
+    """torch.compile traces the training forward whole, and token-budget batches of new shapes reuse its graph
+    (after the one recompile that makes the sizes symbolic) instead of compiling once per shape."""
+    graphs = []
+
+    def counting_backend(graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        graphs.append(graph)
+        return graph.forward
+
+    torch.manual_seed(0)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(dropout=0.1)).train()
+    compiled = torch.compile(model, backend=counting_backend)
+    generator = torch.Generator().manual_seed(0)
+    for batch, source_length, target_length in [(2, 6, 3), (3, 9, 5), (4, 7, 8), (5, 11, 4), (2, 5, 9)]:
+        input_ids = torch.randint(4, 64, (batch, source_length), generator=generator)
+        labels = torch.randint(4, 64, (batch, target_length), generator=generator)
+        labels[0, -1] = -100
+        torch.manual_seed(1)
+        loss = compiled(input_ids=input_ids, labels=labels).loss
+        loss.backward()
+        torch.manual_seed(1)
+        expected = model(input_ids=input_ids, labels=labels).loss  # eager: the fused loss, same dropout masks
+        torch.testing.assert_close(loss, expected)
+    assert len(graphs) == 2
 
 
 def test_save_and_from_pretrained_round_trip(tiny_model, source_batch, tmp_path: Path) -> None:

@@ -54,6 +54,11 @@ class VaswaniTransformerConfig(PreTrainedConfig):
     Decoding (§6.1): `length_penalty_type="gnmt"` makes `generate(length_penalty=α)` divide beam scores by
     ((5 + |Y|) / 6)^α as in the paper (Wu et al., 2016), instead of transformers' |Y|^α (`"hf"`);
     `max_length_offset` makes the default output limit "input length + 50".
+
+    Training speed: with `fused_loss` (the default) a training forward with labels computes the label-smoothed
+    loss chunk by chunk from the decoder output and the tied softmax weights, never holding the (tokens × vocab)
+    logits, and returns `logits=None`; the loss and gradients are those of the logits path (tested). Set it to
+    False to get training logits.
     """
 
     model_type = "vaswani_transformer"
@@ -78,6 +83,7 @@ class VaswaniTransformerConfig(PreTrainedConfig):
     activation_dropout: float | int = 0.0
     activation_function: str = "relu"
     label_smoothing: float | int = 0.1
+    fused_loss: bool = True
     position_embedding_type: str = "sinusoidal"
     max_position_embeddings: int = 1024
     scale_embedding: bool = True

@@ -599,6 +599,63 @@ def check_beam_search_hooks(mixin: type = GenerationMixin) -> None:
 check_beam_search_hooks()
 
 
+# §5.4 Label Smoothing, fused with the tied softmax projection for training: logits are made and consumed one
+# chunk of target tokens at a time, and their gradient is formed in the same pass, so the (tokens × vocab) fp32
+# logits and their log-softmax, smoothing and gradient copies never exist at once (on a GPU the biggest tensors
+# of a step; on a CPU fewer passes over them).
+LOSS_CHUNK_ELEMENTS = {
+    "cuda": 2**25,
+    "cpu": 2**21,
+}  # logits per chunk: large GEMMs on GPUs, cache-sized on CPUs
+
+
+class LinearLabelSmoothedCrossEntropy(torch.autograd.Function):
+    """Σ over target tokens of the label-smoothed cross-entropy of softmax(hidden · weightᵀ); labels -100 skipped."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, epsilon: float
+    ) -> torch.Tensor:
+        # hidden (tokens, d_model), weight (vocab, d_model), labels (tokens,)
+        vocab = weight.shape[0]
+        chunk = max(1, LOSS_CHUNK_ELEMENTS.get(hidden.device.type, 2**21) // vocab)
+        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        total = hidden.new_zeros((), dtype=torch.float32)
+        for start in range(0, hidden.shape[0], chunk):
+            rows = slice(start, start + chunk)
+            states, kept = hidden[rows], (labels[rows] != -100).unsqueeze(1)  # (chunk, d_model), (chunk, 1)
+            target = labels[rows].clamp(min=0).unsqueeze(1)  # (chunk, 1)
+            logits = nn.functional.linear(states, weight).float()  # (chunk, vocab)
+            log_z = torch.logsumexp(logits, dim=-1, keepdim=True)
+            # −Σ_v q_v log p_v with q = (1 − ε)·one-hot + ε/V: log Z − (1 − ε)·z_y − ε·mean(z)
+            smoothed = (
+                log_z - (1 - epsilon) * logits.gather(1, target) - epsilon * logits.mean(-1, keepdim=True)
+            )
+            total += (smoothed * kept).sum()
+            if grad_hidden is None and grad_weight is None:
+                continue
+            grad = logits.sub_(log_z).exp_().sub_(epsilon / vocab)  # ∂/∂z = softmax(z) − q
+            grad.scatter_add_(1, target, grad.new_full(target.shape, epsilon - 1)).mul_(kept)
+            grad = grad.to(states.dtype)
+            if grad_hidden is not None:
+                grad_hidden[rows] = grad @ weight.to(states.dtype)
+            if grad_weight is not None:
+                grad_weight += grad.t() @ states
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx: Any, grad_total: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        grad_hidden, grad_weight = ctx.saved_tensors
+        if grad_hidden is not None:
+            grad_hidden = grad_hidden * grad_total
+        if grad_weight is not None:
+            grad_weight = (grad_weight * grad_total).to(ctx.weight_dtype)
+        return grad_hidden, grad_weight, None, None
+
+
 class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedModel, GenerationMixin):
     """The translation model: decoder output → tied linear → softmax (§3.4), with the §5.4 training loss."""
 
@@ -635,11 +692,43 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
             reduction="sum",
             label_smoothing=self.config.label_smoothing,
         )
+        return self._per_token(loss, labels, num_items_in_batch)
+
+    def fused_label_smoothed_loss(
+        self,
+        hidden_states: torch.Tensor,
+        labels: torch.Tensor,
+        num_items_in_batch: int | torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """`label_smoothed_loss(lm_head(hidden_states), labels, …)` without materialising the logits."""
+        loss = LinearLabelSmoothedCrossEntropy.apply(
+            hidden_states.flatten(0, -2), self.lm_head.weight, labels.flatten(), self.config.label_smoothing
+        )
+        return self._per_token(loss, labels, num_items_in_batch)
+
+    @staticmethod
+    def _per_token(
+        loss: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None
+    ) -> torch.Tensor:
         if num_items_in_batch is None:
             num_items_in_batch = (labels != -100).sum().clamp(min=1)
         if isinstance(num_items_in_batch, torch.Tensor):
             num_items_in_batch = num_items_in_batch.to(loss.device)
         return loss / num_items_in_batch
+
+    def _fuses_loss(self) -> bool:
+        """Whether a forward with labels takes the fused loss: training with gradients, a plain lm_head.
+
+        Not while torch.compile traces (the compiler fuses the logits path itself), nor when lm_head was wrapped
+        (e.g. by an adapter), whose own forward the fused loss would bypass.
+        """
+        return (
+            self.config.fused_loss
+            and self.training
+            and torch.is_grad_enabled()
+            and type(self.lm_head) is nn.Linear
+            and not torch.compiler.is_compiling()
+        )
 
     @can_return_tuple
     def forward(
@@ -674,8 +763,13 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
             use_cache=use_cache,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab)
-        loss = self.label_smoothed_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        logits, loss = None, None
+        if labels is not None and self._fuses_loss():
+            loss = self.fused_label_smoothed_loss(outputs.last_hidden_state, labels, num_items_in_batch)
+        else:
+            logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab)
+            if labels is not None:
+                loss = self.label_smoothed_loss(logits, labels, num_items_in_batch)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
