@@ -58,9 +58,10 @@ def test_two_processes_train_the_model_one_process_trains_with_twice_the_batch(t
     weights_two = load_file(two / f"checkpoint-{STEPS}" / "model.safetensors")
     assert weights_one.keys() == weights_two.keys()
     # Adam divides by sqrt(v): gradients that differ in their last bits (summed in another order) move a weight
-    # whose gradient is near 0 by up to ~1e-4 of the learning rate; a real difference moves every weight by ~lr.
+    # whose gradient is near 0 by up to ~2e-3 of the peak learning rate (0.1 here: 2.4e-4 seen for one key-projection
+    # entry with fused Adam); a real difference moves every weight by ~lr.
     for name, tensor in weights_one.items():
-        torch.testing.assert_close(weights_two[name], tensor, rtol=1e-3, atol=1e-4, msg=name)
+        torch.testing.assert_close(weights_two[name], tensor, rtol=1e-3, atol=1e-3, msg=name)
 
 
 def test_fsdp_on_two_processes_trains_the_one_process_model_and_saves_an_ordinary_checkpoint(

@@ -10,7 +10,12 @@ from transformers import GenerationConfig
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
-from vaswani_transformer.data import TokenBudgetBatchSampler, tokenize_parallel
+from vaswani_transformer.data import (
+    PaddedPairBatches,
+    TokenBudgetBatchSampler,
+    already_collated,
+    tokenize_parallel,
+)
 from vaswani_transformer.evaluation import dev_metrics
 from vaswani_transformer.training import build_trainer, paper_learning_rate, paper_training_arguments
 
@@ -42,7 +47,6 @@ def test_token_budget_batches_in_a_plain_accelerate_loop(letter_tokenizer) -> No
     """The §5.1 sampler outside the Trainer: every pair once per epoch, no batch over budget."""
     from accelerate import Accelerator
     from torch.utils.data import DataLoader
-    from transformers import DataCollatorForSeq2Seq
 
     sources = [" ".join("abcdefghij"[: 2 + i % 8]) for i in range(100)]
     pairs = Dataset.from_dict({"source": sources, "target": [s[::-1] for s in sources]})
@@ -50,9 +54,9 @@ def test_token_budget_batches_in_a_plain_accelerate_loop(letter_tokenizer) -> No
     sampler = TokenBudgetBatchSampler.from_dataset(tokenized, max_tokens=64)
     model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=len(letter_tokenizer)))
     loader = DataLoader(
-        tokenized.remove_columns(["src_len", "tgt_len"]),
+        PaddedPairBatches(tokenized, letter_tokenizer.pad_token_id),
         batch_sampler=sampler,
-        collate_fn=DataCollatorForSeq2Seq(letter_tokenizer, model=model),
+        collate_fn=already_collated,
     )
     accelerator = Accelerator(cpu=True)
     optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
@@ -65,6 +69,32 @@ def test_token_budget_batches_in_a_plain_accelerate_loop(letter_tokenizer) -> No
         optimizer.zero_grad()
         seen += batch["input_ids"].shape[0]
     assert seen == len(tokenized) == 100
+
+
+def test_compiled_training_gives_the_losses_of_eager_training(letter_tokenizer, tmp_path: Path) -> None:
+    """torch_compile through the Trainer (the logits path, traced) against eager training (the fused loss)."""
+    sources = [" ".join("abcdefghij"[i % 5 : i % 5 + 2 + i % 6]) for i in range(60)]
+    pairs = Dataset.from_dict({"source": sources, "target": [" ".join(reversed(s.split())) for s in sources]})
+    tokenized, _ = tokenize_parallel(pairs, letter_tokenizer)
+    losses = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=len(letter_tokenizer)))
+        args = paper_training_arguments(
+            tmp_path / str(compiled),
+            32,
+            max_steps=5,
+            warmup_steps=2,
+            logging_steps=1,
+            save_strategy="no",
+            use_cpu=True,
+            torch_compile=compiled,
+            torch_compile_backend="eager",  # dynamo's tracing without inductor's minutes of C++ compiling
+        )
+        trainer = build_trainer(model, letter_tokenizer, tokenized, args, max_tokens=48)
+        trainer.train()
+        losses[compiled] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses[True]) == 5 and losses[True] == pytest.approx(losses[False], rel=1e-5)
 
 
 def test_dev_decoding_logs_bleu_and_speed_and_leaves_the_generation_config_alone(

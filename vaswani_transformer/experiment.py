@@ -142,6 +142,12 @@ class TrainOptions:
             "auto: the launcher's (accelerate launch --mixed_precision), else bf16 on GPUs with it"
         ),
     )
+    torch_compile: bool = field(
+        default=False,
+        metadata=_help(
+            "compile the model with torch.compile (GPUs; the first batches of each shape compile)"
+        ),
+    )
     max_steps: int = field(default=100_000, metadata=_help("optimiser updates"))
     warmup_steps: int = field(default=4000, metadata=_help("warm-up steps of eq. (3)"))
     lr_scale: float = field(default=1.0, metadata=_help("multiplies eq. (3); 1 is the paper's learning rate"))
@@ -537,6 +543,7 @@ def _training_arguments(options: TrainOptions, config: VaswaniTransformerConfig)
         logging_steps=min(options.logging_steps, options.max_steps),  # a short run still logs its loss
         seed=options.seed,
         mixed_precision=options.mixed_precision,
+        torch_compile=options.torch_compile,
         gradient_accumulation_steps=options.gradient_accumulation_steps,
         per_device_eval_batch_size=options.eval_batch_size,
         report_to=options.report_to or "none",
