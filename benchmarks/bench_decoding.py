@@ -14,15 +14,13 @@ Figures: sentences/s, output tokens/s, single-sentence latency (batch 1), peak G
 """
 
 import argparse
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import torch
-from bench_vs_marian import marian_twin
+from peers import alternating_medians, marian_twin, peak_memory_mb
 from transformers import PreTrainedModel
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
@@ -50,31 +48,6 @@ def marian_copy(model: VaswaniTransformerForConditionalGeneration) -> PreTrained
         for norm in (m for m in marian.modules() if isinstance(m, torch.nn.LayerNorm)):
             norm.eps = model.config.layer_norm_eps
     return marian.to(model.device, model.dtype).eval()
-
-
-def alternating_medians(runs: dict[str, Callable[[], object]], repeats: int, device: str) -> dict[str, float]:
-    """Median wall time of each run, the runs taking turns (after one untimed round) so drift hits all alike."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for round_ in range(repeats + 1):
-        for name, run in runs.items():
-            if device == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            run()
-            if device == "cuda":
-                torch.cuda.synchronize()
-            if round_:
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
-
-
-def peak_memory_mb(run: Callable[[], object], device: str) -> float | None:
-    """Peak GPU memory of one call of `run` in MB (None on CPU)."""
-    if device != "cuda":
-        return None
-    torch.cuda.reset_peak_memory_stats()
-    run()
-    return torch.cuda.max_memory_allocated() / 2**20
 
 
 def fixed_length_runs(args: argparse.Namespace) -> None:

@@ -1,0 +1,217 @@
+"""Training speed: our model's step against MarianMTModel's, and the training job against the model's step alone.
+
+    python benchmarks/bench_training.py              # CPU, about a minute: "small" shapes, Multi30k from ../shared
+    python benchmarks/bench_training.py --device cuda --dtype bfloat16 --preset base --vocab_size 37000 \\
+        --batch 384 --length 64 --max_tokens 8192 --steps 300 --peak_tflops 989
+
+(a) Model step. Both models get identical shapes (layers, d_model, d_ff, heads, one tied vocabulary, ReLU, scaled
+    embeddings), the same random batch of --batch sentences × --length source and --length target tokens, the
+    §5.4 label-smoothed loss and §5.3 Adam; one step is forward, backward and update. The runs take turns; figures
+    are medians of --repeats. MFU = training FLOPs per step / step time / --peak_tflops, counting 2 FLOPs per
+    multiply-add of every matrix product (projections, attention scores and weighted sums, the softmax layer) and
+    training = 3 × forward (backward ≈ 2 × forward); `training_flops` is the formula. Marian's attention biases and
+    our fused loss do not change the count. --torch_compile compiles our model (and the job's, through the Trainer).
+(b) Job. The training loop of `scripts/train.py` (`build_trainer` on `paper_training_arguments`, Multi30k with a
+    joint BPE of --vocab_size, token-budget batches of --max_tokens) runs --steps updates; its logged target
+    tokens/s after the first log window is compared with the same model's step alone on batches of that loader
+    already on the device. The ratio is the share of the model's speed the job keeps; the rest is host overhead.
+"""
+
+import argparse
+import itertools
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+from peers import alternating_medians, marian_twin, peak_memory_mb, synchronize
+from transformers import PreTrainedModel
+
+from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
+from vaswani_transformer.data import load_text_pair, tokenize_parallel
+from vaswani_transformer.monitoring import TrainingProgress
+from vaswani_transformer.tokenization import train_bpe
+from vaswani_transformer.training import ADAM_BETAS, ADAM_EPSILON, build_trainer, paper_training_arguments
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def training_flops(
+    config: VaswaniTransformerConfig, batch: int, source_length: int, target_length: int
+) -> float:
+    """FLOPs of one training step on `batch` pairs: 3 × forward, 2 FLOPs per multiply-add."""
+    d, qk, v = config.d_model, config.num_heads * config.head_dim_k, config.num_heads * config.head_dim_v
+    source, target = batch * source_length, batch * target_length  # tokens per side
+    attention_projections = 2 * d * qk + 2 * d * v  # W^Q, W^K, W^V, W^O per token
+    feed_forward = 2 * d * config.d_ff
+    encoder = config.num_encoder_layers * (
+        source * (attention_projections + feed_forward) + batch * source_length**2 * (qk + v)
+    )
+    decoder = config.num_decoder_layers * (
+        target * (attention_projections + d * qk + d * v + feed_forward)  # self-attention, cross W^Q/W^O, FFN
+        + source * (d * qk + d * v)  # cross-attention W^K, W^V on the encoder output
+        + batch * (target_length**2 + target_length * source_length) * (qk + v)  # QKᵀ and weights · V
+    )
+    softmax_layer = target * d * config.vocab_size
+    return 3 * 2 * (encoder + decoder + softmax_layer)
+
+
+def paper_adam(model: torch.nn.Module) -> torch.optim.Optimizer:
+    """§5.3 Adam (fused kernels on a GPU, as the job's optimiser choice would be there)."""
+    fused = next(model.parameters()).is_cuda
+    return torch.optim.AdamW(
+        model.parameters(), lr=1e-4, betas=ADAM_BETAS, eps=ADAM_EPSILON, weight_decay=0.0, fused=fused
+    )
+
+
+def step_loss(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The §5.4 loss (ε = 0.1) of either model: ours computes it itself, Marian's logits go through PyTorch's."""
+    if isinstance(model, VaswaniTransformerForConditionalGeneration):
+        return model(**batch).loss
+    decoder_input_ids = model.prepare_decoder_input_ids_from_labels(batch["labels"])
+    logits = model(input_ids=batch["input_ids"], decoder_input_ids=decoder_input_ids).logits
+    return torch.nn.functional.cross_entropy(
+        logits.float().flatten(0, 1), batch["labels"].flatten(), label_smoothing=0.1
+    )
+
+
+def train_step(
+    model: PreTrainedModel,
+    batch: dict[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    dtype: torch.dtype,
+) -> None:
+    """One forward, backward and Adam update, in autocast when `dtype` is not float32."""
+    with torch.autocast(batch["input_ids"].device.type, dtype=dtype, enabled=dtype != torch.float32):
+        loss = step_loss(model, batch)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def model_steps(args: argparse.Namespace, dtype: torch.dtype) -> None:
+    """(a): our step against Marian's on identical random batches."""
+    torch.manual_seed(0)
+    config = VaswaniTransformerConfig.from_preset(args.preset, vocab_size=args.vocab_size)
+    models = {"ours": VaswaniTransformerForConditionalGeneration(config), "Marian": marian_twin(config)}
+    source = torch.randint(4, args.vocab_size, (args.batch, args.length), device=args.device)
+    batch = {
+        "input_ids": source,
+        "labels": torch.randint(4, args.vocab_size, source.shape, device=args.device),
+    }
+    runs = {}
+    for name, model in models.items():
+        model.to(args.device).train()
+        step_model = torch.compile(model) if args.torch_compile and name == "ours" else model
+        runs[name] = partial(train_step, step_model, batch, paper_adam(model), dtype)
+        for _ in range(args.warmup):
+            runs[name]()
+    seconds = alternating_medians(runs, args.repeats, args.device)
+    memory = {name: peak_memory_mb(run, args.device) for name, run in runs.items()}
+    flops = training_flops(config, args.batch, args.length, args.length)
+    tokens = args.batch * args.length
+    print(
+        f"(a) model step, preset {args.preset}, vocabulary {args.vocab_size}, {args.batch} × {args.length} + "
+        f"{args.length} tokens, {args.dtype} on {args.device}{', ours compiled' if args.torch_compile else ''}; "
+        f"{flops / 1e12:.3f} TFLOP per step"
+    )
+    for name, model in models.items():
+        achieved = flops / seconds[name] / 1e12
+        mfu = f"MFU {achieved / args.peak_tflops:6.1%}" if args.peak_tflops else "MFU n/a"
+        peak = f"peak {memory[name]:8.0f} MB" if memory[name] is not None else "peak n/a"
+        print(
+            f"    {name:6s} {sum(p.numel() for p in model.parameters()) / 1e6:7.2f}M params  "
+            f"step {seconds[name] * 1e3:8.1f} ms  {tokens / seconds[name]:9.0f} target tokens/s  "
+            f"{achieved:7.3f} TFLOP/s  {mfu}  {peak}"
+        )
+    print(f"    ours / Marian: {seconds['Marian'] / seconds['ours']:.2f}× target tokens/s")
+
+
+def multi30k_training_set(args: argparse.Namespace):
+    """Multi30k's training pairs with a joint BPE of --vocab_size, tokenised as the job does."""
+    pairs, _ = load_text_pair(args.data / "train.en", args.data / "train.de")
+    tokenizer = train_bpe(
+        (text for column in ("source", "target") for text in pairs[column]), args.vocab_size
+    )
+    return tokenizer, tokenize_parallel(pairs, tokenizer)[0]
+
+
+def job_against_model_step(args: argparse.Namespace, dtype: torch.dtype) -> None:
+    """(b): the job's training loop against the model's step alone on the loop's own batches."""
+    tokenizer, tokenized = multi30k_training_set(args)
+    torch.manual_seed(0)
+    config = VaswaniTransformerConfig.from_preset(args.preset, vocab_size=len(tokenizer))
+    model = VaswaniTransformerForConditionalGeneration(config)
+    log_every = max(1, args.steps // 3)
+    with tempfile.TemporaryDirectory() as output_dir:
+        training_args = paper_training_arguments(
+            output_dir,
+            config.d_model,
+            max_steps=args.steps,
+            logging_steps=log_every,
+            save_strategy="no",
+            mixed_precision="bf16" if dtype == torch.bfloat16 else "no",
+            torch_compile=args.torch_compile,
+            use_cpu=args.device == "cpu",
+        )
+        trainer = build_trainer(
+            model, tokenizer, tokenized, training_args, args.max_tokens, callbacks=[TrainingProgress()]
+        )
+        started = time.perf_counter()
+        trainer.train()
+        job_seconds = time.perf_counter() - started
+        windows = [log["target_tokens_per_second"] for log in trainer.state.log_history if "loss" in log]
+        job_speed = sum(windows[1:]) / len(windows[1:])  # the first window holds start-up
+        batches = list(itertools.islice(trainer.get_train_dataloader(), args.steps))
+    tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
+    optimizer = paper_adam(model)
+    for batch in batches[: args.warmup]:
+        train_step(model, batch, optimizer, dtype)
+    synchronize(args.device)
+    started = time.perf_counter()
+    for batch in batches:
+        train_step(model, batch, optimizer, dtype)
+    synchronize(args.device)
+    model_speed = tokens / (time.perf_counter() - started)
+    print(
+        f"(b) job on Multi30k, preset {args.preset}, BPE {len(tokenizer)}, {args.max_tokens} tokens per batch, "
+        f"{args.steps} steps in {job_seconds:.1f} s (start-up included)\n"
+        f"    job loop {job_speed:9.0f} target tokens/s (log windows after the first)\n"
+        f"    model step alone on the same loader's batches {model_speed:9.0f} target tokens/s\n"
+        f"    job / model step: {job_speed / model_speed:.0%}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--vocab_size", type=int, default=8000, help="shared vocabulary; (b): of the BPE")
+    parser.add_argument("--batch", type=int, default=64, help="(a): sentences per batch")
+    parser.add_argument("--length", type=int, default=24, help="(a): source and target length in tokens")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--peak_tflops", type=float, default=0.0, help="the device's dense peak, for MFU")
+    parser.add_argument(
+        "--data", type=Path, default=MULTI30K, help="(b): folder with Multi30k train.en/train.de"
+    )
+    parser.add_argument("--max_tokens", type=int, default=1536, help="(b): tokens per batch and side")
+    parser.add_argument("--steps", type=int, default=24, help="(b): training steps of the job")
+    parser.add_argument("--torch_compile", action="store_true", help="compile our model (Marian stays eager)")
+    parser.add_argument("--skip_job", action="store_true", help="run (a) only")
+    args = parser.parse_args()
+    if not args.skip_job and not (args.data / "train.en").is_file():
+        parser.error(f"{args.data}/train.en not found: pass --data (Multi30k's folder) or --skip_job")
+    dtype = getattr(torch, args.dtype)
+    model_steps(args, dtype)
+    if not args.skip_job:
+        job_against_model_step(args, dtype)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""The benchmarks' own arithmetic: the FLOP count behind their MFU figures."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from tests.conftest import tiny_config
+from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_training import training_flops  # noqa: E402
+
+
+@pytest.mark.parametrize("fused_loss", [True, False])
+@pytest.mark.parametrize("d_k", [None, 6])
+def test_training_flops_count_every_matrix_product_of_a_real_step(fused_loss: bool, d_k: int | None) -> None:
+    """`training_flops` equals torch's FLOP counter over a real forward and backward (eager attention, so the
+    score and weighted-sum products are visible to it), with the fused loss and without."""
+    config = tiny_config(vocab_size=96, d_k=d_k, d_v=d_k, fused_loss=fused_loss)
+    config._attn_implementation = "eager"
+    model = VaswaniTransformerForConditionalGeneration(config).train()
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(4, 96, (3, 7), generator=generator)
+    labels = torch.randint(4, 96, (3, 5), generator=generator)
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=input_ids, labels=labels).loss.backward()
+    assert counter.get_total_flops() == training_flops(config, batch=3, source_length=7, target_length=5)
