@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from peers import alternating_medians, marian_twin, peak_memory_mb
+from peers import add_device_arguments, alternating_medians, marian_twin, peak_memory_mb
 from transformers import PreTrainedModel
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
@@ -194,8 +194,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="sentences per batch")
     parser.add_argument("--source_length", type=int, default=20)
     parser.add_argument("--new_tokens", type=int, default=20, help="output tokens per sentence (fixed)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    add_device_arguments(parser)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--ctranslate2", action="store_true", help="also time our model exported to CTranslate2"

@@ -25,7 +25,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from peers import alternating_medians, marian_twin, peak_memory_mb, synchronize
+from peers import add_device_arguments, alternating_medians, marian_twin, peak_memory_mb, synchronize
 from transformers import PreTrainedModel
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
@@ -191,8 +191,7 @@ def main() -> None:
     parser.add_argument("--vocab_size", type=int, default=8000, help="shared vocabulary; (b): of the BPE")
     parser.add_argument("--batch", type=int, default=64, help="(a): sentences per batch")
     parser.add_argument("--length", type=int, default=24, help="(a): source and target length in tokens")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    add_device_arguments(parser)
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--peak_tflops", type=float, default=0.0, help="the device's dense peak, for MFU")

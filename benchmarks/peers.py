@@ -1,5 +1,6 @@
 """What the benchmarks share: MarianMTModel of our model's shape, alternating timing, peak GPU memory."""
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -32,6 +33,12 @@ def marian_twin(config: VaswaniTransformerConfig) -> MarianMTModel:
             forced_eos_token_id=None,
         )
     )
+
+
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """--device (a GPU when there is one) and --dtype (float32 or bfloat16), alike in every benchmark."""
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
 
 
 def synchronize(device: str) -> None:

@@ -603,10 +603,8 @@ check_beam_search_hooks()
 # chunk of target tokens at a time, and their gradient is formed in the same pass, so the (tokens × vocab) fp32
 # logits and their log-softmax, smoothing and gradient copies never exist at once (on a GPU the biggest tensors
 # of a step; on a CPU fewer passes over them).
-LOSS_CHUNK_ELEMENTS = {
-    "cuda": 2**25,
-    "cpu": 2**21,
-}  # logits per chunk: large GEMMs on GPUs, cache-sized on CPUs
+# Logits per chunk: large GEMMs on GPUs, cache-sized on CPUs (and other devices).
+LOSS_CHUNK_ELEMENTS = {"cuda": 2**25, "cpu": 2**21}
 
 
 class LinearLabelSmoothedCrossEntropy(torch.autograd.Function):
@@ -618,7 +616,7 @@ class LinearLabelSmoothedCrossEntropy(torch.autograd.Function):
     ) -> torch.Tensor:
         # hidden (tokens, d_model), weight (vocab, d_model), labels (tokens,)
         vocab = weight.shape[0]
-        chunk = max(1, LOSS_CHUNK_ELEMENTS.get(hidden.device.type, 2**21) // vocab)
+        chunk = max(1, LOSS_CHUNK_ELEMENTS.get(hidden.device.type, LOSS_CHUNK_ELEMENTS["cpu"]) // vocab)
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
         total = hidden.new_zeros((), dtype=torch.float32)
