@@ -90,8 +90,10 @@ def test_fsdp_on_two_processes_trains_the_one_process_model_and_saves_an_ordinar
         "modeling_vaswani_transformer.py",
     ]
     expected = reference.state_dict()
+    # As in the DDP test above: Adam turns last-bit gradient differences of near-zero gradients into steps of up to
+    # ~1e-3 of lr (1e-2 here; 1.03e-5 seen on one fc2 entry of 2,048), while a real difference moves weights by ~lr.
     for name, tensor in loaded.state_dict().items():
-        torch.testing.assert_close(tensor, expected[name], rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(tensor, expected[name], rtol=1e-4, atol=1e-4, msg=name)
 
 
 @pytest.mark.parametrize("name", ["single_gpu", "multi_gpu", "fsdp", "multi_node"])
