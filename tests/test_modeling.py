@@ -175,6 +175,40 @@ def test_cross_attention_keys_are_computed_once_per_generation(tiny_model, sourc
     assert len(calls) == 1
 
 
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_beams_share_their_sentence_source(source_batch, implementation, monkeypatch) -> None:
+    """The encoder output and source mask stay at one row per sentence during beam search: cross-attention keys are
+    projected from 2 rows, not 2 × 4 beams, and the search (moving beams, 2 returned sequences, a padded source)
+    equals transformers' own, which copies the source for every beam."""
+    torch.manual_seed(0)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(init_std=1.0)).eval()
+    model.set_attn_implementation(implementation)
+    projected_rows = []
+    model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(
+        lambda _module, inputs, _output: projected_rows.append(inputs[0].shape[0])
+    )
+    settings = {"num_beams": 4, "num_return_sequences": 2, "max_new_tokens": 9, "output_scores": True}
+    settings |= {"return_dict_in_generate": True, "output_attentions": implementation == "eager"}
+    shared = model.generate(**source_batch, **settings)
+    assert projected_rows == [2]
+    monkeypatch.setattr(
+        VaswaniTransformerForConditionalGeneration,
+        "_expand_inputs_for_generation",
+        GenerationMixin._expand_inputs_for_generation,
+    )
+    copied = model.generate(**source_batch, **settings)
+    assert projected_rows == [2, 8]
+    assert (copied.beam_indices[:, :9] != copied.beam_indices[:, :1]).any()  # the search moved between beams
+    assert torch.equal(shared.sequences, copied.sequences)
+    torch.testing.assert_close(shared.sequences_scores, copied.sequences_scores, rtol=1e-5, atol=1e-5)
+    for with_shared, with_copies in zip(shared.scores, copied.scores, strict=True):
+        torch.testing.assert_close(with_shared, with_copies, rtol=1e-5, atol=1e-5)
+    if implementation == "eager":  # attention pictures keep one row per beam
+        for step_shared, step_copied in zip(shared.cross_attentions, copied.cross_attentions, strict=True):
+            for layer_shared, layer_copied in zip(step_shared, step_copied, strict=True):
+                torch.testing.assert_close(layer_shared, layer_copied, rtol=1e-5, atol=1e-5)
+
+
 def sequence_log_probability(model, source_batch, row: int, sequence: torch.Tensor) -> tuple[float, int]:
     """Sum of token log-probabilities of a generated sequence (after the start token) and its length."""
     tokens = sequence[1:]

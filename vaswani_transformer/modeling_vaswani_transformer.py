@@ -160,6 +160,12 @@ class VaswaniTransformerAttention(nn.Module):
         keys, values = self._project_keys_values(
             key_value_states if is_cross_attention else hidden_states, past_key_values, is_cross_attention
         )
+        # Beams share their sentence's source (see `_expand_inputs_for_generation`): `group` consecutive query rows
+        # per key row attend to one copy of its keys/values, as extra query positions of that row.
+        group = query.shape[0] // keys.shape[0]
+        if group > 1:
+            # (sources, heads, group · tgt_len, d_k)
+            query = query.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
@@ -176,6 +182,9 @@ class VaswaniTransformerAttention(nn.Module):
         output = output.reshape(
             *hidden_states.shape[:-1], -1
         )  # (batch, tgt_len, heads * d_v): Concat(head_i)
+        if group > 1 and weights is not None:
+            # (batch, heads, tgt_len, src_len) again, one row per beam
+            weights = weights.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
         return self.out_proj(output), weights
 
 
@@ -465,7 +474,8 @@ class VaswaniTransformerDecoder(VaswaniTransformerStack):
         )
         cross_mask = create_bidirectional_mask(
             config=self.config,
-            inputs_embeds=inputs_embeds,
+            # One row per source: the query rows of beams sharing a source are its extra query positions.
+            inputs_embeds=inputs_embeds.reshape(len(encoder_hidden_states), -1, inputs_embeds.shape[-1]),
             attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
         )
@@ -797,9 +807,26 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
             kwargs["max_new_tokens"] = source_length + self.config.max_length_offset
         return super().generate(inputs, generation_config, **kwargs)
 
+    # transformers copies the encoder output and the source mask for every beam (and every returned sequence).
+    # They stay at one row per sentence instead: the cross-attention keys/values are then projected, cached and
+    # read once per source, not once per beam (1/num_beams of the cross-attention cache and its memory traffic).
+    def _expand_inputs_for_generation(
+        self,
+        expand_size: int = 1,
+        is_encoder_decoder: bool = False,
+        input_ids: torch.LongTensor | None = None,
+        **model_kwargs: Any,
+    ) -> tuple[torch.LongTensor | None, dict[str, Any]]:
+        per_source = ("encoder_outputs", "attention_mask")
+        shared = {key: model_kwargs.pop(key) for key in per_source if key in model_kwargs}
+        input_ids, model_kwargs = super()._expand_inputs_for_generation(
+            expand_size=expand_size, is_encoder_decoder=False, input_ids=input_ids, **model_kwargs
+        )
+        return input_ids, {**model_kwargs, **shared}
+
     # Beam search keeps the beams that scored best; only the decoder's self-attention cache follows them. Every
-    # beam of a sentence holds the same source, so its cross-attention keys/values need no reordering (transformers
-    # would copy all of them at every step: half the cache traffic of beam search).
+    # beam of a sentence holds the same source, so its cross-attention keys/values (one row per sentence, see
+    # above) need no reordering.
     def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
         if isinstance(past_key_values, EncoderDecoderCache):
             past_key_values.self_attention_cache.reorder_cache(beam_idx)
