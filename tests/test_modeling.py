@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers.generation.utils
+from torch.overrides import TorchFunctionMode
 from transformers import AutoModelForSeq2SeqLM, GenerationMixin
 
 from tests.conftest import tiny_config
@@ -207,6 +209,55 @@ def test_beams_share_their_sentence_source(source_batch, implementation, monkeyp
         for step_shared, step_copied in zip(shared.cross_attentions, copied.cross_attentions, strict=True):
             for layer_shared, layer_copied in zip(step_shared, step_copied, strict=True):
                 torch.testing.assert_close(layer_shared, layer_copied, rtol=1e-5, atol=1e-5)
+
+
+# Tensor → Python conversions: on a GPU each one waits for all queued work (a host sync).
+HOST_SYNCS = {
+    torch.Tensor.item,
+    torch.Tensor.tolist,
+    torch.Tensor.nonzero,
+    torch.Tensor.__bool__,
+    torch.Tensor.__int__,
+    torch.Tensor.__float__,
+    torch.Tensor.__index__,
+}
+
+
+OUR_MODEL, GENERATE_LOOP = modeling_vaswani_transformer.__file__, transformers.generation.utils.__file__
+
+
+class HostSyncsInOurModel(TorchFunctionMode):
+    """Counts the host syncs made by the model file's code and what it calls, not by transformers' generate loop
+    (the nearer of the two on the stack decides)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in HOST_SYNCS:
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename not in (OUR_MODEL, GENERATE_LOOP):
+                frame = frame.f_back
+            self.count += frame is not None and frame.f_code.co_filename == OUR_MODEL
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_decoding_steps_make_no_host_syncs(tiny_model, source_batch, implementation, num_beams) -> None:
+    """Our code makes as many host syncs decoding 2 tokens as 8 (a padded source: the padding check of the
+    cross-attention mask is made once per generation, not at every step)."""
+    assert (source_batch["attention_mask"] == 0).any()
+    tiny_model.set_attn_implementation(implementation)
+    counts = []
+    for steps in (2, 8):
+        with HostSyncsInOurModel() as syncs:
+            tiny_model.generate(
+                **source_batch, num_beams=num_beams, min_new_tokens=steps, max_new_tokens=steps
+            )
+        counts.append(syncs.count)
+    assert counts[0] == counts[1]
 
 
 def sequence_log_probability(model, source_batch, row: int, sequence: torch.Tensor) -> tuple[float, int]:

@@ -819,10 +819,31 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
     ) -> tuple[torch.LongTensor | None, dict[str, Any]]:
         per_source = ("encoder_outputs", "attention_mask")
         shared = {key: model_kwargs.pop(key) for key in per_source if key in model_kwargs}
+        if shared.get("attention_mask") is not None and shared.get("encoder_outputs") is not None:
+            shared["attention_mask"] = self._cross_attention_mask(
+                shared["attention_mask"], shared["encoder_outputs"]
+            )
         input_ids, model_kwargs = super()._expand_inputs_for_generation(
             expand_size=expand_size, is_encoder_decoder=False, input_ids=input_ids, **model_kwargs
         )
         return input_ids, {**model_kwargs, **shared}
+
+    def _cross_attention_mask(self, source_mask: torch.Tensor, encoder_outputs: Any) -> torch.Tensor | None:
+        """The (sources, 1, 1, src_len) mask every decoding step's cross-attention broadcasts, made once.
+
+        Made per step from the 2D source mask, transformers' mask helper checks whether anything is padded (a host
+        sync: the GPU waits at every step). Once per generation it is one check; None when nothing is padded (sdpa).
+        flex and flash attention keep the 2D mask: they build their own (a block mask holds one query length).
+        """
+        if source_mask.ndim != 2 or self.config._attn_implementation not in ("eager", "sdpa"):
+            return source_mask
+        encoder_states = encoder_outputs[0]  # (sources, src_len, d_model)
+        return create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=encoder_states[:, :1],  # one query position: the mask broadcasts over the rest
+            attention_mask=source_mask,
+            encoder_hidden_states=encoder_states,
+        )
 
     # Beam search keeps the beams that scored best; only the decoder's self-attention cache follows them. Every
     # beam of a sentence holds the same source, so its cross-attention keys/values (one row per sentence, see
