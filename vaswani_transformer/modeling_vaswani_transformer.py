@@ -417,6 +417,11 @@ class VaswaniTransformerEncoder(VaswaniTransformerStack):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
+# transformers 5.24 renamed the decoding cache `past_key_values` → `cache`: in forward arguments, output fields and
+# mask helpers (the old name warns, until 5.40). Outputs and helpers get the installed version's name.
+CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
 def _take_cache(past_key_values: Cache | None, kwargs: dict[str, Any]) -> Cache | None:
     """The decoding cache, named `past_key_values` (transformers 5.17–5.23) or `cache` (its name from 5.24)."""
     cache = kwargs.pop("cache", None)
@@ -469,7 +474,7 @@ class VaswaniTransformerDecoder(VaswaniTransformerStack):
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            past_key_values=self_attention_cache,
+            **{CACHE_NAME: self_attention_cache},
             position_ids=position_ids.unsqueeze(0),
         )
         cross_mask = create_bidirectional_mask(
@@ -489,7 +494,7 @@ class VaswaniTransformerDecoder(VaswaniTransformerStack):
                 **kwargs,
             )
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values
+            last_hidden_state=hidden_states, **{CACHE_NAME: past_key_values}
         )
 
 
@@ -554,7 +559,7 @@ class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -781,7 +786,7 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
