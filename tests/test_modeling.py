@@ -12,11 +12,12 @@ import pytest
 import torch
 import transformers.generation.utils
 from torch.overrides import TorchFunctionMode
-from transformers import AutoModelForSeq2SeqLM, GenerationMixin
+from transformers import AutoModelForSeq2SeqLM, CompileConfig, GenerationMixin
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration, modeling_vaswani_transformer
 from vaswani_transformer.modeling_vaswani_transformer import (
+    CACHE_NAME,
     VaswaniTransformerSinusoidalPositionalEncoding,
     check_beam_search_hooks,
     gnmt_as_power_of_length,
@@ -162,12 +163,51 @@ def test_static_cache_decodes_like_the_dynamic_cache(source_batch, num_beams) ->
         "return_dict_in_generate": True,
     }
     dynamic = model.generate(**source_batch, **settings)
+    addresses = []  # where the first layer's self-attention keys are, at every decoding step
+    model.register_forward_pre_hook(
+        lambda _module, _args, kwargs: addresses.append(
+            kwargs[CACHE_NAME].self_attention_cache.layers[0].keys.data_ptr()
+            if kwargs[CACHE_NAME].self_attention_cache.layers[0].is_initialized
+            else None
+        ),
+        with_kwargs=True,
+    )
     static = model.generate(**source_batch, cache_implementation="static", **settings)
     assert torch.equal(static.sequences, dynamic.sequences)
+    assert (
+        len(addresses) == 9 and len(set(addresses[1:])) == 1
+    )  # the beam reorder keeps the storage (CUDA graphs)
     if num_beams > 1:  # the search moved between beams, so the caches were reordered
         assert (dynamic.beam_indices[:, :9] != dynamic.beam_indices[:, :1]).any()
     for with_static, with_dynamic in zip(static.scores, dynamic.scores, strict=True):
         torch.testing.assert_close(with_static, with_dynamic, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_decoding_steps_compile_to_one_graph(source_batch, num_beams) -> None:
+    """With a static cache the decoding step traces as one graph (fullgraph: a graph break raises), as CUDA graphs
+    need, and decodes the default path's tokens. Greedy search compiles it through generate()'s own compile_config;
+    transformers' beam search calls the model uncompiled, so there the forward is compiled by hand (README)."""
+    torch.manual_seed(0)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(init_std=1.0)).eval()
+    graphs = []
+
+    def recording_backend(graph_module: torch.fx.GraphModule, _inputs: list, **_options: object) -> Callable:
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    settings = {"num_beams": num_beams, "max_new_tokens": 9, "cache_implementation": "static"}
+    expected = model.generate(**source_batch, **settings)
+    if num_beams == 1:
+        settings["compile_config"] = CompileConfig(fullgraph=True, backend=recording_backend)
+        settings[
+            "compile_config"
+        ]._compile_all_devices = True  # transformers compiles on GPUs only unless told
+    else:
+        model.forward = torch.compile(model.forward, fullgraph=True, backend=recording_backend)
+    compiled = model.generate(**source_batch, **settings)
+    assert graphs, "the decoding step was not compiled"
+    assert torch.equal(compiled, expected)
 
 
 def test_cross_attention_keys_are_computed_once_per_generation(tiny_model, source_batch) -> None:

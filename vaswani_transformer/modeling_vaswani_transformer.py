@@ -291,6 +291,7 @@ class VaswaniTransformerPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
+    _can_compile_fullgraph = True  # the decoding step traces as one graph (tested), as CUDA graphs need
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -460,9 +461,8 @@ class VaswaniTransformerDecoder(VaswaniTransformerStack):
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())  # self- and cross-attention
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        position_ids = torch.arange(
-            past_length, past_length + inputs_embeds.shape[1], device=inputs_embeds.device
-        )
+        # arange of a fixed length, then shifted: the static cache's length is data-dependent under torch.compile
+        position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_length
         hidden_states = self._add_positions(inputs_embeds, position_ids)
 
         self_attention_cache = (
@@ -853,11 +853,21 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
     # Beam search keeps the beams that scored best; only the decoder's self-attention cache follows them. Every
     # beam of a sentence holds the same source, so its cross-attention keys/values (one row per sentence, see
     # above) need no reordering.
+    # A pre-allocated (static) cache is reordered in place: CUDA graphs replay on fixed addresses, and transformers'
+    # reorder gives every layer new tensors, after a length check that waits for the GPU.
     def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.self_attention_cache.reorder_cache(beam_idx)
-        else:
-            past_key_values.reorder_cache(beam_idx)
+        cache = (
+            past_key_values.self_attention_cache
+            if isinstance(past_key_values, EncoderDecoderCache)
+            else past_key_values
+        )
+        if not cache.is_compileable:
+            cache.reorder_cache(beam_idx)
+            return past_key_values
+        for layer in cache.layers:
+            if layer.is_initialized:
+                layer.keys.copy_(layer.keys.index_select(0, beam_idx))
+                layer.values.copy_(layer.values.index_select(0, beam_idx))
         return past_key_values
 
     # transformers divides a finished beam's log-probability by |Y|^length_penalty. With length_penalty_type
