@@ -2,6 +2,7 @@
 
     python benchmarks/bench_decoding.py                                  # CPU: d512 6+6, vocabulary 8k
     python benchmarks/bench_decoding.py --device cuda --dtype bfloat16 --vocab_size 37000 --batch 64
+    python benchmarks/bench_decoding.py --device cuda --dtype bfloat16 --vocab_size 37000 --batch 64 --compile
     python benchmarks/bench_decoding.py --model runs/multi30k/final \\
         --source ../shared/data/multi30k/test_2016_flickr.en               # a trained model on real sentences
 
@@ -57,11 +58,19 @@ def fixed_length_runs(args: argparse.Namespace) -> None:
     dtype = getattr(torch, args.dtype)
     ours = VaswaniTransformerForConditionalGeneration(config).to(args.device, dtype).eval()
     models = {"vaswani": ours, "marian": marian_copy(ours)}
+    if args.compile:
+        # Both forwards run through one transformers wrapper, which torch.compile caches by code object: each
+        # model, batch size, beam count and first/later step is an entry, more than the default limit of 8.
+        torch._dynamo.config.recompile_limit = 64
+        for model in models.values():
+            compile_forward(model)
     sources = torch.randint(4, args.vocab_size, (args.batch, args.source_length), device=args.device)
     sources[:, -1] = config.eos_token_id
     exported = ctranslate2_twins(ours, args) if args.ctranslate2 else {}
     for beams in (4, 1):
         settings = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "num_beams": beams}
+        if args.compile:  # the forward is compiled already: generate() must not compile its caller again
+            settings |= {"cache_implementation": "static", "disable_compile": True}
         if beams > 1:
             settings["length_penalty"] = ours.generation_config.length_penalty
         batch = {
@@ -84,6 +93,13 @@ def fixed_length_runs(args: argparse.Namespace) -> None:
             for name in batch
         )
         print(f"beam {beams}: sentences/s relative to MarianMTModel: {ratios}")
+
+
+def compile_forward(model: PreTrainedModel) -> None:
+    """The model's forward as one compiled graph over transformers' static cache: CUDA graphs on a GPU (greedy and
+    beam search alike; transformers' own compile path covers greedy search only), inductor kernels on a CPU."""
+    mode = "reduce-overhead" if model.device.type == "cuda" else "default"
+    model.forward = torch.compile(model.forward, mode=mode, fullgraph=True)
 
 
 def report(
@@ -198,6 +214,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--ctranslate2", action="store_true", help="also time our model exported to CTranslate2"
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="both models decode with a static cache and a torch.compile'd forward (CUDA graphs on a GPU)",
     )
     parser.add_argument("--model", help="a trained model folder: translate --source with it instead")
     parser.add_argument("--source", help="source sentences, one a line (with --model)")
