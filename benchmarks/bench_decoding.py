@@ -11,6 +11,8 @@ zero attention biases), --batch source sentences of --source_length tokens, and 
 (min = max), so both do the same work; beam 4 (the paper's) and greedy. With --model, the trained model and its
 Marian copy translate the --source file with the model's decoding settings (generation_config) in length-sorted
 batches, as `translate()` does; Marian's length penalty is |Y|^α, ours GNMT, so their outputs can differ slightly.
+--compile (fixed-length run): both models decode with transformers' static cache and a torch.compile'd forward
+(CUDA graphs on a GPU); the untimed first round of each shape pays the compiling.
 Figures: sentences/s, output tokens/s, single-sentence latency (batch 1), peak GPU memory; medians of --repeats.
 """
 
@@ -230,6 +232,10 @@ def main() -> None:
     if args.model:
         if not args.source:
             parser.error("--model needs --source FILE (sentences to translate)")
+        if args.compile:
+            parser.error(
+                "--compile times the fixed-length run only: a file's batches have many shapes to compile"
+            )
         trained_model_run(args)
     else:
         fixed_length_runs(args)
