@@ -210,6 +210,25 @@ def test_decoding_steps_compile_to_one_graph(source_batch, num_beams) -> None:
     assert torch.equal(compiled, expected)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (`pytest -m gpu` on the GPU machine)"
+)
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_cuda_graph_decoding_gives_the_plain_tokens(source_batch, num_beams) -> None:
+    """The README's GPU recipe, static cache + forward compiled with CUDA graphs (mode="reduce-overhead"), decodes
+    the tokens of plain generate(), also when the recorded graphs replay on a second call."""
+    torch.manual_seed(0)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(init_std=1.0)).to("cuda").eval()
+    batch = {name: tensor.to("cuda") for name, tensor in source_batch.items()}
+    settings = {"num_beams": num_beams, "max_new_tokens": 9}
+    expected = model.generate(**batch, **settings)
+    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    for _ in range(2):
+        compiled = model.generate(**batch, cache_implementation="static", disable_compile=True, **settings)
+        assert torch.equal(compiled, expected)
+
+
 def test_cross_attention_keys_are_computed_once_per_generation(tiny_model, source_batch) -> None:
     calls = []
     tiny_model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(lambda *_: calls.append(1))
