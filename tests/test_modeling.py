@@ -186,8 +186,8 @@ def test_static_cache_decodes_like_the_dynamic_cache(source_batch, num_beams) ->
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_decoding_steps_compile_to_one_graph(source_batch, num_beams) -> None:
     """With a static cache the decoding step traces as one graph (fullgraph: a graph break raises), as CUDA graphs
-    need, and decodes the default path's tokens. Greedy search compiles it through generate()'s own compile_config;
-    transformers' beam search calls the model uncompiled, so there the forward is compiled by hand (README)."""
+    need, and decodes the default path's tokens, through generate()'s own compile_config: transformers compiles
+    greedy search's step, our beam search compiles its steps the same way (transformers' would run uncompiled)."""
     torch.manual_seed(0)
     model = VaswaniTransformerForConditionalGeneration(tiny_config(init_std=1.0)).eval()
     graphs = []
@@ -198,16 +198,15 @@ def test_decoding_steps_compile_to_one_graph(source_batch, num_beams) -> None:
 
     settings = {"num_beams": num_beams, "max_new_tokens": 9, "cache_implementation": "static"}
     expected = model.generate(**source_batch, **settings)
-    if num_beams == 1:
-        settings["compile_config"] = CompileConfig(fullgraph=True, backend=recording_backend)
-        settings[
-            "compile_config"
-        ]._compile_all_devices = True  # transformers compiles on GPUs only unless told
-    else:
-        model.forward = torch.compile(model.forward, fullgraph=True, backend=recording_backend)
-    compiled = model.generate(**source_batch, **settings)
+    compile_config = CompileConfig(fullgraph=True, backend=recording_backend)
+    compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless told
+    compiled = model.generate(**source_batch, compile_config=compile_config, **settings)
     assert graphs, "the decoding step was not compiled"
     assert torch.equal(compiled, expected)
+    assert "forward" not in vars(model), "beam search left its compiled forward on the model"
+    graphs.clear()
+    assert torch.equal(model.generate(**source_batch, num_beams=num_beams, max_new_tokens=9), expected)
+    assert not graphs, "the default (dynamic-cache) path ran compiled"
 
 
 @pytest.mark.gpu
@@ -216,16 +215,16 @@ def test_decoding_steps_compile_to_one_graph(source_batch, num_beams) -> None:
 )
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_cuda_graph_decoding_gives_the_plain_tokens(source_batch, num_beams) -> None:
-    """The README's GPU recipe, static cache + forward compiled with CUDA graphs (mode="reduce-overhead"), decodes
-    the tokens of plain generate(), also when the recorded graphs replay on a second call."""
+    """The README's GPU recipe, `generate(..., cache_implementation="static")`, which on a GPU compiles the decoding
+    step with CUDA graphs (transformers' default compile_config, mode="reduce-overhead"), decodes the tokens of
+    plain generate(), also when the recorded graphs replay on a second call."""
     torch.manual_seed(0)
     model = VaswaniTransformerForConditionalGeneration(tiny_config(init_std=1.0)).to("cuda").eval()
     batch = {name: tensor.to("cuda") for name, tensor in source_batch.items()}
     settings = {"num_beams": num_beams, "max_new_tokens": 9}
     expected = model.generate(**batch, **settings)
-    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     for _ in range(2):
-        compiled = model.generate(**batch, cache_implementation="static", disable_compile=True, **settings)
+        compiled = model.generate(**batch, cache_implementation="static", **settings)
         assert torch.equal(compiled, expected)
 
 

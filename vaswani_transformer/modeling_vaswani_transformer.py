@@ -870,6 +870,37 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
                 layer.values.copy_(layer.values.index_select(0, beam_idx))
         return past_key_values
 
+    # transformers compiles the decoding step of greedy search over a static cache (on GPUs with CUDA graphs), but
+    # its beam search calls the model uncompiled. Under the same conditions (static cache, a GPU or compile_config,
+    # compiling not disabled) beam search's steps run through a compiled forward too.
+    def _beam_search(
+        self,
+        input_ids: torch.LongTensor,
+        logits_processor: Any,
+        stopping_criteria: Any,
+        generation_config: Any,
+        synced_gpus: bool = False,
+        **model_kwargs: Any,
+    ) -> Any:
+        search = (input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus)
+        if not self._valid_auto_compile_criteria(model_kwargs, generation_config):
+            return super()._beam_search(*search, **model_kwargs)
+        self.forward = self._compiled_forward(generation_config.compile_config)
+        try:
+            return super()._beam_search(*search, **model_kwargs)
+        finally:
+            del self.forward  # back to the class's forward
+
+    def _compiled_forward(self, compile_config: Any) -> Callable:
+        """`forward` compiled with `compile_config` (transformers' default: CUDA graphs), kept for reuse."""
+        compile_config = compile_config or self._default_compile_config()
+        if getattr(self, "_forward_compile_config", None) != compile_config:
+            self._forward_compile_config = compile_config
+            self._forward_compiled = torch.compile(
+                type(self).forward.__get__(self), **compile_config.to_dict()
+            )
+        return self._forward_compiled
+
     # transformers divides a finished beam's log-probability by |Y|^length_penalty. With length_penalty_type
     # "gnmt" we hand it, at each length, the exponent that makes that divisor ((5 + |Y|) / 6)^α instead.
     def _update_finished_beams(
