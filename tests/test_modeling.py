@@ -209,6 +209,24 @@ def test_decoding_steps_compile_to_one_graph(source_batch, num_beams) -> None:
     assert not graphs, "the default (dynamic-cache) path ran compiled"
 
 
+def test_beam_search_keeps_a_forward_set_on_the_model(tiny_model, source_batch) -> None:
+    """A forward the user put on the model (e.g. compiled by hand, the way to compile on a CPU) is the one beam
+    search calls, and it stays there, even where generate() would compile the step itself."""
+    calls = []
+
+    def own_forward(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return type(tiny_model).forward(tiny_model, *args, **kwargs)
+
+    compile_config = CompileConfig(backend="eager")
+    compile_config._compile_all_devices = True
+    tiny_model.forward = own_forward
+    settings = {"num_beams": 4, "max_new_tokens": 3, "cache_implementation": "static"}
+    tiny_model.generate(**source_batch, compile_config=compile_config, **settings)
+    assert calls, "beam search did not call the model's own forward"
+    assert tiny_model.forward is own_forward
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU (`pytest -m gpu` on the GPU machine)"

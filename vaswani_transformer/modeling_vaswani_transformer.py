@@ -872,7 +872,8 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
 
     # transformers compiles the decoding step of greedy search over a static cache (on GPUs with CUDA graphs), but
     # its beam search calls the model uncompiled. Under the same conditions (static cache, a GPU or compile_config,
-    # compiling not disabled) beam search's steps run through a compiled forward too.
+    # compiling not disabled) beam search's steps run through a compiled forward too; a forward set on the model
+    # (say, compiled by hand) is used as it is.
     def _beam_search(
         self,
         input_ids: torch.LongTensor,
@@ -883,7 +884,7 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
         **model_kwargs: Any,
     ) -> Any:
         search = (input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus)
-        if not self._valid_auto_compile_criteria(model_kwargs, generation_config):
+        if "forward" in vars(self) or not self._valid_auto_compile_criteria(model_kwargs, generation_config):
             return super()._beam_search(*search, **model_kwargs)
         self.forward = self._compiled_forward(generation_config.compile_config)
         try:
