@@ -183,6 +183,13 @@ def test_static_cache_decodes_like_the_dynamic_cache(source_batch, num_beams) ->
         torch.testing.assert_close(with_static, with_dynamic, rtol=1e-4, atol=1e-4)
 
 
+def compiling_on_every_device(**options: object) -> CompileConfig:
+    """A compile_config that generate() honours on a CPU too (transformers compiles on GPUs only unless told)."""
+    compile_config = CompileConfig(**options)
+    compile_config._compile_all_devices = True
+    return compile_config
+
+
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_decoding_steps_compile_to_one_graph(source_batch, num_beams) -> None:
     """With a static cache the decoding step traces as one graph (fullgraph: a graph break raises), as CUDA graphs
@@ -198,8 +205,7 @@ def test_decoding_steps_compile_to_one_graph(source_batch, num_beams) -> None:
 
     settings = {"num_beams": num_beams, "max_new_tokens": 9, "cache_implementation": "static"}
     expected = model.generate(**source_batch, **settings)
-    compile_config = CompileConfig(fullgraph=True, backend=recording_backend)
-    compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless told
+    compile_config = compiling_on_every_device(fullgraph=True, backend=recording_backend)
     compiled = model.generate(**source_batch, compile_config=compile_config, **settings)
     assert graphs, "the decoding step was not compiled"
     assert torch.equal(compiled, expected)
@@ -218,8 +224,7 @@ def test_beam_search_keeps_a_forward_set_on_the_model(tiny_model, source_batch) 
         calls.append(1)
         return type(tiny_model).forward(tiny_model, *args, **kwargs)
 
-    compile_config = CompileConfig(backend="eager")
-    compile_config._compile_all_devices = True
+    compile_config = compiling_on_every_device(backend="eager")
     tiny_model.forward = own_forward
     settings = {"num_beams": 4, "max_new_tokens": 3, "cache_implementation": "static"}
     tiny_model.generate(**source_batch, compile_config=compile_config, **settings)

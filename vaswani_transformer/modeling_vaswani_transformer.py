@@ -893,7 +893,11 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
             del self.forward  # back to the class's forward
 
     def _compiled_forward(self, compile_config: Any) -> Callable:
-        """`forward` compiled with `compile_config` (transformers' default: CUDA graphs), kept for reuse."""
+        """`forward` compiled with `compile_config` (transformers' default: CUDA graphs), kept for reuse.
+
+        Not transformers' `get_compiled_call`: that compiles `__call__`, which calls `forward`, so set as the
+        forward it would call itself.
+        """
         compile_config = compile_config or self._default_compile_config()
         if getattr(self, "_forward_compile_config", None) != compile_config:
             self._forward_compile_config = compile_config
