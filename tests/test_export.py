@@ -67,15 +67,14 @@ def test_exported_model_gives_our_token_log_probabilities_and_greedy_translation
     (scored,) = exported.translator.score_batch([source_tokens], [target_tokens])
     ours = forced_log_probs(model, tokenizer, "I love you.", target_ids)
     torch.testing.assert_close(torch.tensor(scored.log_probs), ours, atol=1e-4, rtol=1e-4)
-    # Greedy decoding: the same tokens, batched (padding) and one by one.
-    greedy = translate(SENTENCES, model, tokenizer, num_beams=1)
+    # Greedy decoding: the same tokens, batched (padding) and one by one; both in float32.
+    fp32 = {"num_beams": 1, "dtype": torch.float32}
+    greedy = translate(SENTENCES, model, tokenizer, **fp32)
     assert exported.translate(SENTENCES, beam_size=1) == greedy
-    one_by_one = translate(
-        SENTENCES, model, tokenizer, num_beams=1, batch_size=1
-    )  # each its own length limit
+    one_by_one = translate(SENTENCES, model, tokenizer, batch_size=1, **fp32)  # each its own length limit
     assert exported.translate(SENTENCES, beam_size=1, batch_size=1) == one_by_one
     assert exported.translate(SENTENCES, beam_size=1, batch_size=2) == translate(
-        SENTENCES, model, tokenizer, num_beams=1, batch_size=2
+        SENTENCES, model, tokenizer, batch_size=2, **fp32
     )
     if which == "random":
         assert len(set(greedy)) == len(SENTENCES)  # the comparison is not between empty strings

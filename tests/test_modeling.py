@@ -102,6 +102,46 @@ def test_attention_implementations_agree(tiny_model, source_batch) -> None:
     torch.testing.assert_close(outputs["eager"], outputs["flex_attention"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_sdpa_in_bf16_on_a_cpu_computes_what_eager_computes(source_batch, padded: bool) -> None:
+    """In bfloat16 on a CPU, a model configured for sdpa attends with the eager kernels (torch's sdpa is slower
+    there): the same loss, gradients and beam-4 tokens as the eager model, also where transformers passes sdpa
+    no mask (an unpadded causal batch, which sdpa masks by `is_causal`)."""
+    torch.manual_seed(0)
+    models = {}
+    for implementation in ("sdpa", "eager"):
+        torch.manual_seed(0)
+        models[implementation] = VaswaniTransformerForConditionalGeneration(tiny_config()).to(torch.bfloat16)
+        models[implementation].set_attn_implementation(implementation)
+    inputs = source_batch if padded else {"input_ids": torch.tensor([[5, 6, 7, 8, 3], [10, 11, 12, 13, 3]])}
+    labels = torch.tensor([[20, 21, 22, 3], [30, 31, 3, -100]])
+    losses, gradients = {}, {}
+    for implementation, model in models.items():
+        loss = model.train()(**inputs, labels=labels).loss
+        loss.backward()
+        losses[implementation] = loss
+        gradients[implementation] = model.model.encoder.layers[0].self_attn.q_proj.weight.grad
+    assert torch.equal(losses["sdpa"], losses["eager"])
+    assert torch.equal(gradients["sdpa"], gradients["eager"])
+    tokens = {name: model.eval().generate(**inputs, max_new_tokens=6) for name, model in models.items()}
+    assert torch.equal(tokens["sdpa"], tokens["eager"])
+
+
+def test_decoder_masks_the_future_in_bf16_on_a_cpu(tiny_model, source_batch) -> None:
+    """The eager kernel standing in for sdpa masks the future itself when it is given no mask."""
+    model = tiny_model.to(torch.bfloat16)
+    decoder_input_ids = torch.tensor([[2, 20, 21, 22, 23], [2, 30, 31, 32, 33]])
+    altered = decoder_input_ids.clone()
+    altered[:, 3:] = torch.tensor([40, 41])
+    source = {
+        "input_ids": torch.tensor([[5, 6, 7, 8, 3], [10, 11, 12, 13, 3]])
+    }  # unpadded: sdpa gets no mask
+    original = model(**source, decoder_input_ids=decoder_input_ids).logits
+    changed = model(**source, decoder_input_ids=altered).logits
+    assert torch.equal(original[:, :3], changed[:, :3])
+    assert not torch.equal(original[:, 3:], changed[:, 3:])
+
+
 def test_output_attentions_are_distributions_that_ignore_padding_and_future(tiny_model, source_batch) -> None:
     tiny_model.set_attn_implementation("eager")
     decoder_input_ids = torch.tensor([[2, 20, 21, 22], [2, 30, 31, 32]])

@@ -9,7 +9,7 @@ from datasets import Dataset
 from transformers import GenerationConfig
 
 from tests.conftest import tiny_config
-from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from vaswani_transformer import VaswaniTransformerForConditionalGeneration, precision
 from vaswani_transformer.data import (
     PaddedPairBatches,
     TokenBudgetBatchSampler,
@@ -152,8 +152,14 @@ def test_dev_decoding_logs_bleu_and_speed_and_leaves_the_generation_config_alone
 
 
 @pytest.mark.parametrize(
-    ("launcher", "flag", "expected"),
-    [(None, "auto", "no"), ("bf16", "auto", "bf16"), ("bf16", "no", "no"), ("no", "bf16", "bf16")],
+    ("launcher", "flag", "native_bf16", "expected"),
+    [
+        (None, "auto", False, "no"),
+        (None, "auto", True, "bf16"),
+        ("bf16", "auto", False, "bf16"),
+        ("bf16", "no", True, "no"),
+        ("no", "bf16", False, "bf16"),
+    ],
 )
 def test_mixed_precision_follows_the_launcher_unless_the_flag_names_one(
     letter_tokenizer,
@@ -161,10 +167,13 @@ def test_mixed_precision_follows_the_launcher_unless_the_flag_names_one(
     monkeypatch: pytest.MonkeyPatch,
     launcher: str | None,
     flag: str,
+    native_bf16: bool,
     expected: str,
 ) -> None:
     """`accelerate launch --mixed_precision X` reaches the Trainer's accelerator (bf16 is not hard-set over it);
-    --mixed_precision other than auto wins; with neither, a CPU trains in fp32 (a bf16 GPU would take bf16)."""
+    --mixed_precision other than auto wins; with neither, a CPU trains in bf16 when it computes bf16 natively
+    (torch's capability check, patched here both ways) and in fp32 when it does not."""
+    monkeypatch.setattr(precision, "cpu_computes_bf16", lambda: native_bf16)
     if launcher is None:
         monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
     else:

@@ -8,8 +8,9 @@ import pytest
 import torch
 from transformers import pipeline
 
+from vaswani_transformer import precision
 from vaswani_transformer.cli import translate as translate_cli
-from vaswani_transformer.evaluation import load_for_decoding
+from vaswani_transformer.evaluation import decoding_settings, load_for_decoding
 from vaswani_transformer.translate import translate
 
 SENTENCES = ["I love you.", "Where is the train station?", "Tom is reading a book in the garden."]
@@ -28,6 +29,39 @@ def test_pipeline_gives_the_translations_of_translate(trained_run, loaded) -> No
     assert [r["translation_text"] for r in translator(SENTENCES, batch_size=3)] == expected  # padded batch
     greedy = translate(SENTENCES, *loaded, num_beams=1)
     assert [r["translation_text"] for r in translator(SENTENCES, num_beams=1)] == greedy
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_float32_weights_decode_in_bf16_where_the_cpu_computes_it_natively(
+    loaded, monkeypatch, native_bf16: bool
+) -> None:
+    """translate() and the pipeline compute in bfloat16 (autocast over the float32 weights) on a CPU with native
+    bf16 (torch's capability check, patched both ways), in float32 on one without; dtype=float32 keeps float32, and
+    scores.json's record says what was used."""
+    monkeypatch.setattr(precision, "cpu_computes_bf16", lambda: native_bf16)
+    model, tokenizer = loaded
+    assert model.dtype == torch.float32
+    expected = torch.bfloat16 if native_bf16 else torch.float32
+    seen: list[torch.dtype] = []
+    hook = model.lm_head.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
+    try:
+        translate(SENTENCES[:2], model, tokenizer, num_beams=2)
+        assert set(seen) == {expected}
+        seen.clear()
+        translate(SENTENCES[:2], model, tokenizer, num_beams=2, dtype=torch.float32)
+        assert set(seen) == {torch.float32}
+        translator = pipeline("vaswani-translation", model=model, tokenizer=tokenizer)
+        seen.clear()
+        translator(SENTENCES[0])
+        assert set(seen) == {expected}
+        seen.clear()
+        translator(SENTENCES[0], decoding_dtype=torch.float32)
+        assert set(seen) == {torch.float32}
+    finally:
+        hook.remove()
+    recorded = "bfloat16 (autocast over float32 weights)" if native_bf16 else "float32"
+    assert decoding_settings(model)["dtype"] == recorded
+    assert decoding_settings(model, torch.float32)["dtype"] == "float32"
 
 
 def test_translate_command_keeps_one_output_line_per_input_line(

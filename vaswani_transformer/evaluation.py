@@ -17,6 +17,7 @@ from transformers import (
 
 from .bleu import moses_tokenize, sacre_bleu, tokenized_bleu
 from .monitoring import translation_shares
+from .precision import decoding_precision
 from .tokenization import lowercases
 from .translate import translate
 
@@ -66,7 +67,8 @@ def check_model_name(name: str | Path) -> str:
 
 
 def decoding_dtype(device: str) -> torch.dtype:
-    """bfloat16 on a GPU that computes in it (twice the decoding speed), float32 elsewhere."""
+    """The weights' dtype for decoding: bfloat16 on a GPU that computes in it (twice the decoding speed, half the
+    memory), float32 elsewhere (where `translate` computes in bfloat16 by autocast if the CPU has it natively)."""
     return torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
 
 
@@ -96,12 +98,18 @@ def check_vocabulary(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
         )
 
 
-def decoding_settings(model: PreTrainedModel, **overrides: Any) -> dict[str, Any]:
-    """What `generate` will use: the model's generation config with `overrides`, as recorded in scores.json."""
+def decoding_settings(
+    model: PreTrainedModel, dtype: torch.dtype | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """What `translate` will use: the model's generation config with `overrides`, and the precision it computes
+    in (`dtype`, else `precision.decoding_precision`'s choice), as recorded in scores.json."""
     config = copy.deepcopy(model.generation_config)
     config.update(**overrides)
     settings: dict[str, Any] = {"num_beams": config.num_beams or 1, "do_sample": bool(config.do_sample)}
-    settings["dtype"] = str(model.dtype).removeprefix("torch.")
+    precision = decoding_precision(model.dtype, model.device, dtype)
+    settings["dtype"] = str(precision).removeprefix("torch.")
+    if precision != model.dtype:
+        settings["dtype"] += f" (autocast over {str(model.dtype).removeprefix('torch.')} weights)"
     if settings["num_beams"] > 1:  # the length penalty and early stopping only act in beam search
         settings["length_penalty"] = config.length_penalty
         settings["length_penalty_type"] = getattr(model.config, "length_penalty_type", "hf")
@@ -126,16 +134,24 @@ def translate_and_score(
     split_compounds: bool = False,
     batch_size: int = 128,
     show_progress: bool = False,
+    dtype: torch.dtype | None = None,
     **generate_overrides: Any,
 ) -> tuple[list[str], dict]:
-    """Translate `sources` (the model's decoding settings, with overrides) and score them against references.
+    """Translate `sources` (the model's decoding settings, with overrides; `translate`'s precision unless
+    `dtype`) and score them against references.
 
     Both BLEU scores are case-sensitive, as published WMT results are, unless the tokenizer lowercases (as for
     Multi30k, whose published scores are lowercased): then both are lowercased.
     """
     lowercase = lowercases(tokenizer)
     hypotheses = translate(
-        sources, model, tokenizer, batch_size=batch_size, show_progress=show_progress, **generate_overrides
+        sources,
+        model,
+        tokenizer,
+        batch_size=batch_size,
+        show_progress=show_progress,
+        dtype=dtype,
+        **generate_overrides,
     )
     scores = score_translations(
         hypotheses,
@@ -146,7 +162,7 @@ def translate_and_score(
         sacrebleu_lowercase=lowercase,
         split_compounds=split_compounds,
     )
-    scores["decoding"] = decoding_settings(model, **generate_overrides)
+    scores["decoding"] = decoding_settings(model, dtype, **generate_overrides)
     return hypotheses, scores
 
 

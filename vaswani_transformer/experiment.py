@@ -51,7 +51,13 @@ from .monitoring import (
 from .plotting import plot_training_curve
 from .recipes import available_recipes, load_recipe
 from .tokenization import load_tokenizer, train_bpe
-from .training import MIXED_PRECISIONS, TokenBudgetSeq2SeqTrainer, build_trainer, paper_training_arguments
+from .training import (
+    MIXED_PRECISIONS,
+    TokenBudgetSeq2SeqTrainer,
+    auto_precision_reason,
+    build_trainer,
+    paper_training_arguments,
+)
 from .translate import translate
 
 logger = logging.getLogger(__name__)
@@ -697,8 +703,25 @@ def _push_final_model(options: TrainOptions, model_dir: Path) -> str | None:
     return url
 
 
-def _write_training_run(trainer: TokenBudgetSeq2SeqTrainer, train_seconds: float, folder: Path) -> None:
-    """How the model was trained (steps, time, hardware, versions), for its model card."""
+def _precision_name(args: Seq2SeqTrainingArguments) -> str:
+    if args.bf16 or args.fp16:
+        return f"{'bf16' if args.bf16 else 'fp16'} autocast"
+    return os.environ.get("ACCELERATE_MIXED_PRECISION", "fp32").replace("no", "fp32")
+
+
+def precision_choice(options: TrainOptions) -> str:
+    """Who chose the training precision, and why: the flag, the launcher, or "auto" from the hardware."""
+    if options.mixed_precision != "auto":
+        return f"--mixed_precision {options.mixed_precision}"
+    if "ACCELERATE_MIXED_PRECISION" in os.environ:
+        return "auto: the launcher's (accelerate launch --mixed_precision)"
+    return f"auto: {auto_precision_reason()}"
+
+
+def _write_training_run(
+    trainer: TokenBudgetSeq2SeqTrainer, train_seconds: float, folder: Path, options: TrainOptions
+) -> None:
+    """How the model was trained (steps, time, hardware, precision and why, versions), for its model card."""
     args = trainer.args
     if torch.cuda.is_available():
         hardware = f"{args.world_size} × {torch.cuda.get_device_name()}"
@@ -711,6 +734,7 @@ def _write_training_run(trainer: TokenBudgetSeq2SeqTrainer, train_seconds: float
         "mixed_precision": {"no": "fp32"}.get(
             trainer.accelerator.mixed_precision, trainer.accelerator.mixed_precision
         ),
+        "mixed_precision_chosen_by": precision_choice(options),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
     (folder / "training_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
@@ -754,7 +778,8 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     model = VaswaniTransformerForConditionalGeneration(config)
     logger.info(
         f"model: preset {options.preset}, {model.num_parameters():,} parameters, init {config.init_scheme}; "
-        f"peak learning rate {args.learning_rate:.2e} at step {options.warmup_steps}"
+        f"peak learning rate {args.learning_rate:.2e} at step {options.warmup_steps}; "
+        f"{_precision_name(args)} ({precision_choice(options)})"
     )
     if is_main_process:
         _write_options(options, options.output_dir)
@@ -768,7 +793,7 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     model_dir = _final_model_dir(options, trainer)
     tokenizer.save_pretrained(model_dir)
     _write_options(options, model_dir)
-    _write_training_run(trainer, train_seconds, model_dir)
+    _write_training_run(trainer, train_seconds, model_dir, options)
     plot_training_curve(trainer.state.log_history, model_dir / "training_curve.png", unigram_floor=floor)
     scores, dev_scores, examples = evaluate_final_model(options, model_dir, corpora, advice)
     hub_url = _push_final_model(options, model_dir) if options.push_to_hub is not None else None

@@ -36,6 +36,7 @@ OPTIONAL_FILES = (
     "training_curve.png",
 )
 PIPELINE_FILE = "translate.py"
+PIPELINE_IMPORTS = ("precision.py",)  # the sibling files translate.py imports, shipped with it
 CARD_FILE = "README.md"
 NOT_RECORDED = "not recorded (the folder has no train_options.json, which vaswani-train writes)"
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French"}
@@ -208,11 +209,17 @@ def _training_text(trained: TrainedModel, description: str) -> str:
     ]
     if run:
         lines.append(
-            f"- Hardware and time: {run['hardware']}, {run['mixed_precision']}, {run['steps']:,} steps in "
+            f"- Hardware and time: {run['hardware']}, {_precision_text(run)}, {run['steps']:,} steps in "
             f"{run['train_seconds'] / 60:.1f} min (torch {run['versions']['torch']}, "
             f"transformers {run['versions']['transformers']})."
         )
     return "\n".join(lines)
+
+
+def _precision_text(run: dict[str, Any]) -> str:
+    """The training precision, with who chose it when the run recorded that."""
+    chosen_by = run.get("mixed_precision_chosen_by")
+    return f"{run['mixed_precision']} ({chosen_by})" if chosen_by else run["mixed_precision"]
 
 
 def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
@@ -293,7 +300,8 @@ def write_hub_folder(model_dir: str | Path, local_dir: str | Path, repo_id: str)
     for name in REQUIRED_FILES + OPTIONAL_FILES:
         if (source / name).is_file():
             shutil.copy2(source / name, destination / name)
-    shutil.copy2(Path(__file__).with_name(PIPELINE_FILE), destination / PIPELINE_FILE)
+    for name in (PIPELINE_FILE, *PIPELINE_IMPORTS):
+        shutil.copy2(Path(__file__).with_name(name), destination / name)
     _with_remote_pipeline(destination / "config.json")
     card.save(destination / CARD_FILE)
     return sorted(destination.iterdir())

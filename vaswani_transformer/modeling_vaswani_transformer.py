@@ -79,8 +79,16 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(Q K^T / sqrt(d_k)) V, returning the attention weights too."""
+    """softmax(Q K^T / sqrt(d_k)) V, returning the attention weights too.
+
+    Masks as either path makes them: transformers gives sdpa no mask for an unpadded causal batch (sdpa's
+    `is_causal` then masks), so a causal module with several queries and no mask masks the future here too.
+    """
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (batch, heads, tgt_len, src_len)
+    if attention_mask is None and getattr(module, "is_causal", False) and query.shape[2] > 1:
+        attention_mask = torch.ones(
+            query.shape[2], key.shape[2], dtype=torch.bool, device=query.device
+        ).tril()
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
@@ -147,6 +155,17 @@ class VaswaniTransformerAttention(nn.Module):
                 past_key_values.is_updated[self.layer_idx] = True
         return keys, values
 
+    def _attention_function(self, query: torch.Tensor) -> Callable:
+        """The configured kernel (transformers' attention interface), except sdpa in bfloat16 on a CPU.
+
+        There torch's sdpa kernels are slower than the two matrix products of the eager path (training 3-6x,
+        decoding 2-4x; benchmarks/RESULTS.md, "Using the whole CPU"), so the eager path computes the same function.
+        """
+        implementation = self.config._attn_implementation
+        if implementation == "sdpa" and query.device.type == "cpu" and query.dtype == torch.bfloat16:
+            return eager_attention_forward
+        return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -166,10 +185,7 @@ class VaswaniTransformerAttention(nn.Module):
         if group > 1:
             # (sources, heads, group · tgt_len, d_k)
             query = query.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)
-        attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
-        output, weights = attention(
+        output, weights = self._attention_function(query)(
             self,
             query,
             keys,

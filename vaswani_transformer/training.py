@@ -24,6 +24,7 @@ from transformers.trainer_callback import PrinterCallback
 
 from .data import PaddedPairBatches, TokenBudgetBatchSampler, already_collated
 from .monitoring import TrainingProgress
+from .precision import bf16_reason, computes_bf16_natively
 
 # §5.3 Optimizer: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9 (AdamW with no weight decay is exactly Adam).
 ADAM_BETAS = (0.9, 0.98)
@@ -39,16 +40,30 @@ def paper_learning_rate(d_model: int, warmup_steps: int, scale: float = 1.0) -> 
     return scale * d_model**-0.5 * warmup_steps**-0.5
 
 
+def training_device() -> str:
+    """Where the Trainer puts the model: a CUDA GPU, an Apple GPU, else the CPU."""
+    if torch.cuda.is_available():
+        return "cuda"
+    return "mps" if torch.backends.mps.is_available() else "cpu"
+
+
 def bf16_available() -> bool:
-    """Whether this machine trains in bfloat16 (a CUDA GPU that supports it)."""
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    """Whether this machine trains faster in bfloat16: its training device computes it natively (a CUDA GPU that
+    supports it, or a CPU with AVX512-BF16 or AMX; `precision.computes_bf16_natively`)."""
+    return computes_bf16_natively(training_device())
+
+
+def auto_precision_reason() -> str:
+    """Why "auto" picks what it picks on this machine, in words for logs and the model card."""
+    return bf16_reason(training_device())
 
 
 MIXED_PRECISIONS = ("auto", "no", "fp16", "bf16")
 
 
 def mixed_precision_arguments(mixed_precision: str = "auto") -> dict[str, bool]:
-    """TrainingArguments' bf16/fp16 for a mixed precision; "auto" follows the launcher, else bf16 where it runs.
+    """TrainingArguments' bf16/fp16 for a mixed precision; "auto" follows the launcher, else bf16 where the
+    device computes it natively (`bf16_available`: GPUs with it, CPUs with AVX512-BF16 or AMX), else fp32.
 
     `accelerate launch` passes its choice (flag or config file) as ACCELERATE_MIXED_PRECISION, which the Trainer's
     Accelerator reads when bf16 and fp16 are both off. A choice other than "auto" replaces the launcher's in this

@@ -3,7 +3,9 @@
 transformers v5 has no `translation` pipeline; `VaswaniTranslationPipeline` is registered as
 "vaswani-translation" (by `import vaswani_transformer`) and travels with pushed models as remote code, so
 `pipeline("vaswani-translation", model=..., trust_remote_code=True)` works without this package installed.
-This file is shipped as remote code: it imports only torch, tqdm and transformers.
+Both decode float32 weights in bfloat16 (autocast) on a device that computes it natively (`precision`); pass
+`dtype=torch.float32` (the pipeline: `decoding_dtype=torch.float32`) to keep float32. This file is shipped as remote
+code with precision.py: it imports only torch, tqdm, transformers and that file.
 """
 
 from collections.abc import Sequence
@@ -12,6 +14,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 from transformers import Pipeline, PreTrainedModel, PreTrainedTokenizerBase
+
+from .precision import autocast_to, decoding_precision
 
 PIPELINE_TASK = "vaswani-translation"
 
@@ -32,25 +36,30 @@ def translate(
     *,
     batch_size: int = 64,
     show_progress: bool = False,
+    dtype: torch.dtype | None = None,
     **generate_kwargs: Any,
 ) -> list[str]:
     """Translate `texts` and return the translations in input order.
 
     Decoding uses the model's generation config (for this package: beam 4, GNMT length penalty α = 0.6,
-    output limit = source length + 50, §6.1) unless `generate_kwargs` override it.
+    output limit = source length + 50, §6.1) unless `generate_kwargs` override it. It computes in `dtype`, by
+    default `precision.decoding_precision`'s: bfloat16 autocast for float32 weights on a CPU or GPU that computes
+    bfloat16 natively, else the weights' dtype; `dtype=torch.float32` keeps float32 weights in float32.
     """
     if not texts:
         return []
     encodings = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
     batches = length_sorted_batches([len(ids) for ids in encodings], batch_size)
     results: list[str] = [""] * len(texts)
+    precision = decoding_precision(model.dtype, model.device, dtype)
     was_training = model.training
     model.eval()
     for batch in tqdm(batches, desc="translating", unit="batch", disable=not show_progress):
         inputs = tokenizer.pad({"input_ids": [encodings[i] for i in batch]}, return_tensors="pt").to(
             model.device
         )
-        outputs = model.generate(**inputs, **generate_kwargs)
+        with autocast_to(precision, model.dtype, model.device):
+            outputs = model.generate(**inputs, **generate_kwargs)
         for index, text in zip(batch, tokenizer.batch_decode(outputs, skip_special_tokens=True), strict=True):
             results[index] = text.strip()
     model.train(was_training)
@@ -71,8 +80,13 @@ class VaswaniTranslationPipeline(Pipeline):
     _load_feature_extractor = False
     _load_tokenizer = True
 
-    def _sanitize_parameters(self, **generate_kwargs: Any) -> tuple[dict, dict, dict]:
-        return {}, generate_kwargs, {}
+    def _sanitize_parameters(
+        self, decoding_dtype: torch.dtype | None = None, **generate_kwargs: Any
+    ) -> tuple[dict, dict, dict]:
+        forward = dict(generate_kwargs)
+        if decoding_dtype is not None:
+            forward["decoding_dtype"] = decoding_dtype
+        return {}, forward, {}
 
     def preprocess(self, text: str) -> dict[str, torch.Tensor]:
         if not isinstance(text, str):
@@ -81,9 +95,15 @@ class VaswaniTranslationPipeline(Pipeline):
         return {"input_ids": encoding["input_ids"], "attention_mask": encoding["attention_mask"]}
 
     def _forward(
-        self, model_inputs: dict[str, torch.Tensor], **generate_kwargs: Any
+        self,
+        model_inputs: dict[str, torch.Tensor],
+        decoding_dtype: torch.dtype | None = None,
+        **generate_kwargs: Any,
     ) -> dict[str, torch.Tensor]:
-        return {"output_ids": self.model.generate(**model_inputs, **generate_kwargs)}
+        """generate() in `translate`'s precision: bfloat16 autocast on such devices unless `decoding_dtype`."""
+        precision = decoding_precision(self.model.dtype, self.model.device, decoding_dtype)
+        with autocast_to(precision, self.model.dtype, self.model.device):
+            return {"output_ids": self.model.generate(**model_inputs, **generate_kwargs)}
 
     def postprocess(self, model_outputs: dict[str, torch.Tensor]) -> dict[str, str]:
         (text,) = self.tokenizer.batch_decode(model_outputs["output_ids"], skip_special_tokens=True)
