@@ -10,24 +10,46 @@ Fixed-length run (default): both models get the same random weights (Marian with
 zero attention biases), --batch source sentences of --source_length tokens, and decode exactly --new_tokens tokens
 (min = max), so both do the same work; beam 4 (the paper's) and greedy. With --model, the trained model and its
 Marian copy translate the --source file with the model's decoding settings (generation_config) in length-sorted
-batches, as `translate()` does; Marian's length penalty is |Y|^α, ours GNMT, so their outputs can differ slightly.
+batches, ours through `translate()` itself; Marian's length penalty is |Y|^α, ours GNMT, so their outputs can differ
+slightly; --references adds each one's BLEU.
+Precision: ours decodes as the package does by default (--dtype auto: on a CPU with native bfloat16, float32 weights
+under bf16 autocast; on a GPU, bfloat16 weights); MarianMTModel decodes in float32 (what its users get by default)
+and in ours's precision (like for like). The machine's own float32 and bfloat16 matrix-product peaks are measured
+first, and each run's FLOP/s (matrix products counted by torch's FlopCounterMode on one run) is given as a share of
+the peak of its precision (MFU).
 --compile (fixed-length run): both models decode with transformers' static cache and a torch.compile'd forward
 (CUDA graphs on a GPU); the untimed first round of each shape pays the compiling.
+--ctranslate2: our model exported to CTranslate2, float32 and int8 weights, one thread per core (intra_threads 1,
+inter_threads = cores, batches split across them: twice the throughput of all threads on one batch on 2 cores).
 Figures: sentences/s, output tokens/s, single-sentence latency (batch 1), peak GPU memory; medians of --repeats.
 """
 
 import argparse
+import math
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
-from peers import add_device_arguments, alternating_medians, marian_twin, peak_memory_mb
+from peers import (
+    add_device_arguments,
+    alternating_medians,
+    dtype_name,
+    marian_twin,
+    peak_memory_mb,
+    print_peaks,
+    resolve_dtype,
+)
+from torch.utils.flop_counter import FlopCounterMode
 from transformers import PreTrainedModel
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
-from vaswani_transformer.translate import length_sorted_batches
+from vaswani_transformer.evaluation import decoding_dtype
+from vaswani_transformer.precision import autocast_to
+from vaswani_transformer.translate import length_sorted_batches, translate
 
 
 def marian_copy(model: VaswaniTransformerForConditionalGeneration) -> PreTrainedModel:
@@ -53,19 +75,50 @@ def marian_copy(model: VaswaniTransformerForConditionalGeneration) -> PreTrained
     return marian.to(model.device, model.dtype).eval()
 
 
-def fixed_length_runs(args: argparse.Namespace) -> None:
+@dataclass
+class Decoder:
+    """A model and the precision it decodes in (autocast over its weights when they differ)."""
+
+    model: PreTrainedModel
+    precision: torch.dtype
+
+    def generate(self, **inputs: object) -> torch.Tensor:
+        with autocast_to(self.precision, self.model.dtype, self.model.device):
+            return self.model.generate(**inputs)
+
+
+def decoders(ours: VaswaniTransformerForConditionalGeneration, precision: torch.dtype) -> dict[str, Decoder]:
+    """Ours in `precision` (the package's default with --dtype auto), MarianMTModel with our weights in float32 and
+    (when it differs) in the same precision."""
+    runs = {f"ours {dtype_name(precision)}": Decoder(ours, precision)}
+    marian = marian_copy(ours)
+    runs["marian float32"] = Decoder(marian.float(), torch.float32)
+    if precision != torch.float32:
+        runs[f"marian {dtype_name(precision)}"] = Decoder(marian_copy(ours), precision)
+    return runs
+
+
+def generation_flops(decode: Callable[[], object]) -> float:
+    """The matrix-product FLOPs of one decoding call, as torch's FlopCounterMode counts them."""
+    with FlopCounterMode(display=False) as counter:
+        decode()
+    return counter.get_total_flops()
+
+
+def fixed_length_runs(args: argparse.Namespace, peaks: dict[torch.dtype, float]) -> None:
     """Both models on random sources, exactly --new_tokens output tokens each, beam 4 and greedy."""
     torch.manual_seed(0)
     config = VaswaniTransformerConfig.from_preset(args.preset, vocab_size=args.vocab_size)
-    dtype = getattr(torch, args.dtype)
-    ours = VaswaniTransformerForConditionalGeneration(config).to(args.device, dtype).eval()
-    models = {"vaswani": ours, "marian": marian_copy(ours)}
+    precision = resolve_dtype(args.dtype, args.device)
+    weights = decoding_dtype(args.device) if args.dtype == "auto" else precision
+    ours = VaswaniTransformerForConditionalGeneration(config).to(args.device, weights).eval()
+    runs = decoders(ours, precision)
     if args.compile:
         # Both forwards run through one transformers wrapper, which torch.compile caches by code object: each
         # model, batch size, beam count and first/later step is an entry, more than the default limit of 8.
         torch._dynamo.config.recompile_limit = 64
-        for model in models.values():
-            compile_forward(model)
+        for run in runs.values():
+            compile_forward(run.model)
     sources = torch.randint(4, args.vocab_size, (args.batch, args.source_length), device=args.device)
     sources[:, -1] = config.eos_token_id
     exported = ctranslate2_twins(ours, args) if args.ctranslate2 else {}
@@ -75,26 +128,35 @@ def fixed_length_runs(args: argparse.Namespace) -> None:
             settings |= {"cache_implementation": "static", "disable_compile": True}
         if beams > 1:
             settings["length_penalty"] = ours.generation_config.length_penalty
-        batch = {
-            name: partial(model.generate, input_ids=sources, **settings) for name, model in models.items()
-        }
+        batch = {name: partial(run.generate, input_ids=sources, **settings) for name, run in runs.items()}
         single = {
-            name: partial(model.generate, input_ids=sources[:1], **settings) for name, model in models.items()
+            name: partial(run.generate, input_ids=sources[:1], **settings) for name, run in runs.items()
         }
         for name, decode in exported.items():
             batch[name] = partial(decode, sources, beams, args.new_tokens)
             single[name] = partial(decode, sources[:1], beams, args.new_tokens)
         with torch.inference_mode():
+            flops = generation_flops(batch[next(iter(runs))])
             seconds = alternating_medians(batch, args.repeats, args.device)
             latency = alternating_medians(single, args.repeats, args.device)
-            memory = {name: peak_memory_mb(batch[name], args.device) for name in models}
+            memory = {name: peak_memory_mb(batch[name], args.device) for name in runs}
         for name in batch:
-            report(name, beams, args.batch, args.new_tokens, seconds[name], latency[name], memory.get(name))
-        ratios = ", ".join(
-            f"{name} {seconds['marian'] / seconds[name]:.2f}x (latency {latency['marian'] / latency[name]:.2f}x)"
-            for name in batch
-        )
-        print(f"beam {beams}: sentences/s relative to MarianMTModel: {ratios}")
+            mfu = flops / seconds[name] / 1e12 / peaks[runs[name].precision] if name in runs else None
+            report(
+                name, beams, args.batch, args.new_tokens, seconds[name], latency[name], memory.get(name), mfu
+            )
+        print(f"beam {beams}: {flops / 1e9:.1f} GFLOP per batch; " + ratios_line(seconds, latency))
+
+
+def ratios_line(seconds: dict[str, float], latency: dict[str, float] | None = None) -> str:
+    """Every run's sentences/s (and latency) relative to MarianMTModel in float32."""
+    parts = []
+    for name in seconds:
+        part = f"{name} {seconds['marian float32'] / seconds[name]:.2f}x"
+        if latency is not None:
+            part += f" (latency {latency['marian float32'] / latency[name]:.2f}x)"
+        parts.append(part)
+    return "sentences/s relative to MarianMTModel float32: " + ", ".join(parts)
 
 
 def compile_forward(model: PreTrainedModel) -> None:
@@ -105,20 +167,46 @@ def compile_forward(model: PreTrainedModel) -> None:
 
 
 def report(
-    name: str, beams: int, sentences: int, tokens: int, seconds: float, latency: float, memory: float | None
+    name: str,
+    beams: int,
+    sentences: int,
+    tokens: int,
+    seconds: float,
+    latency: float,
+    memory: float | None,
+    mfu: float | None,
 ) -> None:
     """One line of figures."""
     extra = f"  peak {memory:7.0f} MB" if memory is not None else ""
+    extra += f"  MFU {mfu:6.1%}" if mfu is not None else ""
     print(
-        f"{name:12s} beam {beams}: {seconds * 1e3:8.1f} ms  {sentences / seconds:8.1f} sentences/s  "
+        f"{name:16s} beam {beams}: {seconds * 1e3:8.1f} ms  {sentences / seconds:8.1f} sentences/s  "
         f"{sentences * tokens / seconds:9.0f} output tokens/s  latency (1 sentence) {latency * 1e3:7.1f} ms{extra}"
     )
+
+
+def ctranslate2_threads(device: str) -> dict[str, int]:
+    """One thread per core on a CPU, each decoding its share of the batch: small models are step-bound, and two
+    1-thread translators decode twice what one 2-thread translator does (cpu-2, benchmarks/RESULTS.md)."""
+    return {"intra_threads": 1, "inter_threads": torch.get_num_threads()} if device == "cpu" else {}
+
+
+def ctranslate2_compute_types(device: str) -> dict[str, str]:
+    """CTranslate2 float and int8 weights: float32 and int8 on a CPU, bfloat16 and int8_bfloat16 on a GPU."""
+    if device == "cpu":
+        return {"ct2 float32": "float32", "ct2 int8": "int8"}
+    return {"ct2 bfloat16": "bfloat16", "ct2 int8": "int8_bfloat16"}
+
+
+def split_across(translator: Any, count: int) -> int:
+    """The sub-batch size that gives each of the translator's threads a share of `count` sentences."""
+    return max(1, math.ceil(count / translator.num_translators))
 
 
 def ctranslate2_twins(
     model: VaswaniTransformerForConditionalGeneration, args: argparse.Namespace
 ) -> dict[str, Callable[[torch.Tensor, int, int], object]]:
-    """Our model exported to CTranslate2 (token names t0 … tV-1), run in float32 and with int8 weights."""
+    """Our model exported to CTranslate2 (token names t0 … tV-1), run with float and int8 weights."""
     import ctranslate2
 
     from vaswani_transformer.export import ctranslate2_spec
@@ -130,77 +218,112 @@ def ctranslate2_twins(
             return [f"t{i}" for i in ids] if isinstance(ids, list) else f"t{ids}"
 
     folder = Path(tempfile.mkdtemp(prefix="ct2-bench-"))
+    dtype = model.dtype
     spec = ctranslate2_spec(model.float().cpu(), NumberedTokens(), 1024)
     spec.validate()
     spec.optimize()
     spec.save(str(folder))
-    model.to(args.device, getattr(torch, args.dtype))
-    threads = {"intra_threads": torch.get_num_threads()} if args.device == "cpu" else {}
-    compute_types = {
-        "ct2-" + args.dtype: args.dtype,
-        "ct2-int8": "int8" if args.device == "cpu" else "int8_bfloat16",
-    }
-    decoders = {}
-    for name, compute_type in compute_types.items():
+    model.to(args.device, dtype)
+    twins = {}
+    for name, compute_type in ctranslate2_compute_types(args.device).items():
         translator = ctranslate2.Translator(
-            str(folder), device=args.device, compute_type=compute_type, **threads
+            str(folder), device=args.device, compute_type=compute_type, **ctranslate2_threads(args.device)
         )
 
         def decode(sources: torch.Tensor, beams: int, new_tokens: int, translator=translator) -> object:
             tokens = [[f"t{i}" for i in row] for row in sources.tolist()]
             return translator.translate_batch(
                 tokens,
+                max_batch_size=split_across(translator, len(tokens)),
                 beam_size=beams,
                 min_decoding_length=new_tokens,
                 max_decoding_length=new_tokens,
                 length_penalty=model.generation_config.length_penalty,
             )
 
-        decoders[name] = decode
-    return decoders
+        twins[name] = decode
+    return twins
 
 
-def trained_model_run(args: argparse.Namespace) -> None:
-    """The trained model and its Marian copy translate the --source file with the model's decoding settings."""
-    from vaswani_transformer.evaluation import load_for_decoding
+def trained_ctranslate2(model_dir: str, args: argparse.Namespace, texts: list[str]) -> dict[str, Callable]:
+    """The trained model exported to CTranslate2 (float and int8 weights), translating `texts` in one call."""
+    from vaswani_transformer.export import CTranslate2Translator, to_ctranslate2
 
-    ours, tokenizer = load_for_decoding(args.model, device=args.device, dtype=getattr(torch, args.dtype))
+    folder = to_ctranslate2(model_dir, Path(tempfile.mkdtemp(prefix="ct2-bench-")) / "model")
+    runs = {}
+    for name, compute_type in ctranslate2_compute_types(args.device).items():
+        translator = CTranslate2Translator(
+            folder, device=args.device, compute_type=compute_type, **ctranslate2_threads(args.device)
+        )
+        runs[name] = partial(
+            translator.translate,
+            texts,
+            batch_size=args.batch,
+            max_batch_size=split_across(translator.translator, args.batch),
+        )
+    return runs
+
+
+def trained_model_run(args: argparse.Namespace, peaks: dict[torch.dtype, float]) -> None:
+    """The trained model (through translate(), in the package's default precision) and its Marian copies translate
+    the --source file with the model's decoding settings in the same length-sorted batches."""
+    from vaswani_transformer.evaluation import load_for_decoding, score_translations
+    from vaswani_transformer.tokenization import lowercases
+
+    precision = resolve_dtype(args.dtype, args.device)
+    weights = decoding_dtype(args.device) if args.dtype == "auto" else precision
+    ours, tokenizer = load_for_decoding(args.model, device=args.device, dtype=weights)
     lines = Path(args.source).read_text(encoding="utf-8").splitlines()[: args.max_sentences]
     encodings = tokenizer(lines)["input_ids"]
     batches = length_sorted_batches([len(ids) for ids in encodings], args.batch)
     paper = ours.generation_config  # given to Marian too, which has its own defaults
     settings = {name: getattr(paper, name) for name in ("num_beams", "length_penalty", "early_stopping")}
-    outputs: dict[str, list[torch.Tensor]] = {}
-    seconds: dict[str, float] = {}
-    for name, model in (("vaswani", ours), ("marian", marian_copy(ours))):
+    runs: dict[str, Callable[[], list[str]]] = {}
+    for name, decoder in decoders(ours, precision).items():
+        if name.startswith("ours"):
+            runs[name] = partial(translate, lines, ours, tokenizer, batch_size=args.batch, dtype=precision)
+            continue
 
-        def run(m=model, n=name):
-            outputs[n] = []
+        def run(decoder: Decoder = decoder) -> list[str]:
+            texts = [""] * len(lines)
             for batch in batches:
                 inputs = tokenizer.pad({"input_ids": [encodings[i] for i in batch]}, return_tensors="pt")
                 limit = int(inputs["attention_mask"].sum(-1).max()) + ours.config.max_length_offset
-                outputs[n].append(m.generate(**inputs.to(args.device), max_new_tokens=limit, **settings))
+                output = decoder.generate(**inputs.to(args.device), max_new_tokens=limit, **settings)
+                for index, text in zip(
+                    batch, tokenizer.batch_decode(output, skip_special_tokens=True), strict=True
+                ):
+                    texts[index] = text.strip()
+            return texts
 
-        with torch.inference_mode():
-            seconds[name] = alternating_medians({name: run}, args.repeats, args.device)[name]
-        tokens = sum(int((o[:, 1:] != tokenizer.pad_token_id).sum()) for o in outputs[name])
-        print(
-            f"{name:8s} {len(lines)} sentences, {settings}: {seconds[name]:7.2f} s  "
-            f"{len(lines) / seconds[name]:7.1f} sentences/s  {tokens / seconds[name]:8.0f} output tokens/s"
-        )
-    texts = {
-        name: [
-            text
-            for batch in outputs[name]
-            for text in tokenizer.batch_decode(batch, skip_special_tokens=True)
-        ]
-        for name in outputs
-    }
-    same = sum(a == b for a, b in zip(texts["vaswani"], texts["marian"], strict=True))
-    print(
-        f"speed-up over MarianMTModel: {seconds['marian'] / seconds['vaswani']:.2f}x "
-        f"({same}/{len(lines)} translations identical: the forward passes agree exactly, Marian's length penalty is |Y|^α)"
+        runs[name] = run
+    if args.ctranslate2:
+        runs |= trained_ctranslate2(args.model, args, lines)
+    texts: dict[str, list[str]] = {}
+    timed = {name: (lambda name=name, run=run: texts.__setitem__(name, run())) for name, run in runs.items()}
+    with torch.inference_mode():
+        seconds = alternating_medians(timed, args.repeats, args.device)
+    references = (
+        Path(args.references).read_text(encoding="utf-8").splitlines()[: len(lines)]
+        if args.references
+        else None
     )
+    lowercase = lowercases(tokenizer)
+    print(f"{len(lines)} sentences of {args.source}, {settings}, batches of {args.batch}")
+    for name in runs:
+        line = f"{name:16s} {seconds[name]:7.2f} s  {len(lines) / seconds[name]:7.1f} sentences/s"
+        if references is not None:
+            scores = score_translations(
+                texts[name],
+                references,
+                target_lang="de",
+                sacrebleu_lowercase=lowercase,
+                tokenized_lowercase=lowercase,
+            )
+            line += f"  sacreBLEU {scores['sacrebleu']['score']:.2f}"
+        same = sum(a == b for a, b in zip(texts[name], texts["marian float32"], strict=True))
+        print(f"{line}  {same}/{len(lines)} translations as Marian float32's")
+    print(ratios_line(seconds))
 
 
 def main() -> None:
@@ -224,21 +347,25 @@ def main() -> None:
     )
     parser.add_argument("--model", help="a trained model folder: translate --source with it instead")
     parser.add_argument("--source", help="source sentences, one a line (with --model)")
+    parser.add_argument("--references", help="reference translations of --source (with --model): adds BLEU")
     parser.add_argument("--max_sentences", type=int, default=1000)
     args = parser.parse_args()
+    if args.model and not args.source:
+        parser.error("--model needs --source FILE (sentences to translate)")
+    if args.model and args.compile:
+        parser.error(
+            "--compile times the fixed-length run only: a file's batches have many shapes to compile"
+        )
+    if args.references and not args.model:
+        parser.error("--references scores the translations of --model")
     print(
         f"device {args.device}, dtype {args.dtype}, torch {torch.__version__}, threads {torch.get_num_threads()}"
     )
+    peaks = print_peaks(args.device)
     if args.model:
-        if not args.source:
-            parser.error("--model needs --source FILE (sentences to translate)")
-        if args.compile:
-            parser.error(
-                "--compile times the fixed-length run only: a file's batches have many shapes to compile"
-            )
-        trained_model_run(args)
+        trained_model_run(args, peaks)
     else:
-        fixed_length_runs(args)
+        fixed_length_runs(args, peaks)
 
 
 if __name__ == "__main__":

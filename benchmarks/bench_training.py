@@ -4,13 +4,17 @@
     python benchmarks/bench_training.py --device cuda --dtype bfloat16 --preset base --vocab_size 37000 \\
         --batch 384 --length 64 --max_tokens 8192 --steps 300 --peak_tflops 989
 
-(a) Model step. Both models get identical shapes (layers, d_model, d_ff, heads, one tied vocabulary, ReLU, scaled
-    embeddings), the same random batch of --batch sentences × --length source and --length target tokens, the
-    §5.4 label-smoothed loss and §5.3 Adam; one step is forward, backward and update. The runs take turns; figures
-    are medians of --repeats. MFU = training FLOPs per step / step time / --peak_tflops, counting 2 FLOPs per
-    multiply-add of every matrix product (projections, attention scores and weighted sums, the softmax layer) and
-    training = 3 × forward (backward ≈ 2 × forward); `training_flops` is the formula. Marian's attention biases and
-    our fused loss do not change the count. --torch_compile compiles our model (and the job's, through the Trainer).
+(a) Model step. First the machine's own float32 and bfloat16 matrix-product peaks are measured (the roofline).
+    Both models get identical shapes (layers, d_model, d_ff, heads, one tied vocabulary, ReLU, scaled embeddings),
+    the same random batch of --batch sentences × --length source and --length target tokens, the §5.4
+    label-smoothed loss and §5.3 Adam; one step is forward, backward and update. Ours steps in --dtype (auto: the
+    package's default on this device, bf16 autocast where it is native) and in float32; MarianMTModel in float32
+    (what its users get by default) and in --dtype (like for like). The runs take turns; figures are medians of
+    --repeats. MFU = training FLOPs per step / step time / the measured peak of the step's precision, counting 2
+    FLOPs per multiply-add of every matrix product (projections, attention scores and weighted sums, the softmax
+    layer) and training = 3 × forward (backward ≈ 2 × forward); `training_flops` is the formula. Marian's
+    attention biases and our fused loss do not change the count. --peak_tflops adds MFU against a datasheet
+    figure. --torch_compile compiles our model (and the job's, through the Trainer).
 (b) Job. The training loop of `scripts/train.py` (`build_trainer` on `paper_training_arguments`, Multi30k with a
     joint BPE of --vocab_size, token-budget batches of --max_tokens) runs --steps updates; its logged target
     tokens/s after the first log window is compared with the same model's step alone on batches of that loader
@@ -18,6 +22,7 @@
 """
 
 import argparse
+import copy
 import itertools
 import tempfile
 import time
@@ -25,7 +30,16 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from peers import add_device_arguments, alternating_medians, marian_twin, peak_memory_mb, synchronize
+from peers import (
+    add_device_arguments,
+    alternating_medians,
+    dtype_name,
+    marian_twin,
+    peak_memory_mb,
+    print_peaks,
+    resolve_dtype,
+    synchronize,
+)
 from transformers import PreTrainedModel
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
@@ -90,21 +104,36 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
 
 
-def model_steps(args: argparse.Namespace, dtype: torch.dtype) -> None:
-    """(a): our step against Marian's on identical random batches."""
+def step_runs(args: argparse.Namespace, dtype: torch.dtype) -> dict[str, tuple[torch.nn.Module, torch.dtype]]:
+    """The models of (a) and the precision each steps in: ours in `dtype` (the package's default with --dtype
+    auto) and in float32, MarianMTModel in float32 (what its users get by default) and in `dtype` (like for like)."""
     torch.manual_seed(0)
     config = VaswaniTransformerConfig.from_preset(args.preset, vocab_size=args.vocab_size)
-    models = {"ours": VaswaniTransformerForConditionalGeneration(config), "Marian": marian_twin(config)}
+    ours = VaswaniTransformerForConditionalGeneration(config)
+    runs = {
+        f"ours {dtype_name(dtype)}": (ours, dtype),
+        "Marian float32": (marian_twin(config), torch.float32),
+    }
+    if dtype != torch.float32:
+        runs["ours float32"] = (copy.deepcopy(ours), torch.float32)
+        runs[f"Marian {dtype_name(dtype)}"] = (copy.deepcopy(runs["Marian float32"][0]), dtype)
+    return runs
+
+
+def model_steps(args: argparse.Namespace, dtype: torch.dtype, peaks: dict[torch.dtype, float]) -> None:
+    """(a): our step against Marian's on identical random batches, each as a share of the machine's peak."""
+    models = step_runs(args, dtype)
+    config = next(iter(models.values()))[0].config
     source = torch.randint(4, args.vocab_size, (args.batch, args.length), device=args.device)
     batch = {
         "input_ids": source,
         "labels": torch.randint(4, args.vocab_size, source.shape, device=args.device),
     }
     runs = {}
-    for name, model in models.items():
+    for name, (model, precision) in models.items():
         model.to(args.device).train()
-        step_model = torch.compile(model) if args.torch_compile and name == "ours" else model
-        runs[name] = partial(train_step, step_model, batch, paper_adam(model), dtype)
+        step_model = torch.compile(model) if args.torch_compile and name.startswith("ours") else model
+        runs[name] = partial(train_step, step_model, batch, paper_adam(model), precision)
         for _ in range(args.warmup):
             runs[name]()
     seconds = alternating_medians(runs, args.repeats, args.device)
@@ -113,19 +142,23 @@ def model_steps(args: argparse.Namespace, dtype: torch.dtype) -> None:
     tokens = args.batch * args.length
     print(
         f"(a) model step, preset {args.preset}, vocabulary {args.vocab_size}, {args.batch} × {args.length} + "
-        f"{args.length} tokens, {args.dtype} on {args.device}{', ours compiled' if args.torch_compile else ''}; "
-        f"{flops / 1e12:.3f} TFLOP per step"
+        f"{args.length} tokens on {args.device}{', ours compiled' if args.torch_compile else ''}; "
+        f"{flops / 1e12:.3f} TFLOP per step; MFU = share of this machine's measured peak in the step's precision"
     )
-    for name, model in models.items():
+    for name, (model, precision) in models.items():
         achieved = flops / seconds[name] / 1e12
-        mfu = f"MFU {achieved / args.peak_tflops:6.1%}" if args.peak_tflops else "MFU n/a"
+        mfu = f"MFU {achieved / peaks[precision]:6.1%}"
+        if args.peak_tflops:
+            mfu += f" ({achieved / args.peak_tflops:6.1%} of {args.peak_tflops:g} TFLOP/s)"
         peak = f"peak {memory[name]:8.0f} MB" if memory[name] is not None else "peak n/a"
         print(
-            f"    {name:6s} {sum(p.numel() for p in model.parameters()) / 1e6:7.2f}M params  "
+            f"    {name:16s} {sum(p.numel() for p in model.parameters()) / 1e6:7.2f}M params  "
             f"step {seconds[name] * 1e3:8.1f} ms  {tokens / seconds[name]:9.0f} target tokens/s  "
             f"{achieved:7.3f} TFLOP/s  {mfu}  {peak}"
         )
-    print(f"    ours / Marian: {seconds['Marian'] / seconds['ours']:.2f}× target tokens/s")
+    ours = seconds[f"ours {dtype_name(dtype)}"]
+    ratios = [f"{seconds[name] / ours:.2f}× {name}" for name in seconds if not name.startswith("ours")]
+    print(f"    ours ({dtype_name(dtype)}) target tokens/s: " + ", ".join(ratios))
 
 
 def multi30k_training_set(args: argparse.Namespace):
@@ -194,7 +227,9 @@ def main() -> None:
     add_device_arguments(parser)
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--peak_tflops", type=float, default=0.0, help="the device's dense peak, for MFU")
+    parser.add_argument(
+        "--peak_tflops", type=float, default=0.0, help="a datasheet dense peak, for a second MFU figure"
+    )
     parser.add_argument(
         "--data", type=Path, default=MULTI30K, help="(b): folder with Multi30k train.en/train.de"
     )
@@ -205,8 +240,9 @@ def main() -> None:
     args = parser.parse_args()
     if not args.skip_job and not (args.data / "train.en").is_file():
         parser.error(f"{args.data}/train.en not found: pass --data (Multi30k's folder) or --skip_job")
-    dtype = getattr(torch, args.dtype)
-    model_steps(args, dtype)
+    dtype = resolve_dtype(args.dtype, args.device)
+    peaks = print_peaks(args.device)
+    model_steps(args, dtype, peaks)
     if not args.skip_job:
         job_against_model_step(args, dtype)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads")

@@ -1,4 +1,5 @@
-"""What the benchmarks share: MarianMTModel of our model's shape, alternating timing, peak GPU memory."""
+"""What the benchmarks share: MarianMTModel of our model's shape, alternating timing, peak GPU memory, the
+machine's own matrix-product peaks (the roofline MFU figures divide by)."""
 
 import argparse
 import statistics
@@ -9,6 +10,7 @@ import torch
 from transformers import MarianConfig, MarianMTModel
 
 from vaswani_transformer import VaswaniTransformerConfig
+from vaswani_transformer.precision import computes_bf16_natively
 
 
 def marian_twin(config: VaswaniTransformerConfig) -> MarianMTModel:
@@ -36,9 +38,53 @@ def marian_twin(config: VaswaniTransformerConfig) -> MarianMTModel:
 
 
 def add_device_arguments(parser: argparse.ArgumentParser) -> None:
-    """--device (a GPU when there is one) and --dtype (float32 or bfloat16), alike in every benchmark."""
+    """--device (a GPU when there is one) and --dtype, alike in every benchmark."""
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16"],
+        help="our model's precision (auto: the package's default there, bfloat16 where the device computes it "
+        "natively); MarianMTModel runs in float32 (its users' default) and in this precision (like for like)",
+    )
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """--dtype as a torch dtype; "auto" is what the package picks on `device` (precision.py)."""
+    if dtype == "auto":
+        return torch.bfloat16 if computes_bf16_natively(device) else torch.float32
+    return getattr(torch, dtype)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def matmul_peak_tflops(device: str, dtype: torch.dtype, repeats: int = 5) -> float:
+    """The machine's own dense matrix-product peak in `dtype`: the best of `repeats` square products (2048 on a
+    CPU, 8192 on a GPU), in TFLOP/s. MFU figures divide by it, so they are shares of what this machine reaches."""
+    size = 8192 if device.startswith("cuda") else 2048
+    a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
+    best = float("inf")
+    for round_ in range(repeats + 1):
+        synchronize(device)
+        start = time.perf_counter()
+        torch.mm(a, b)
+        synchronize(device)
+        if round_:  # the first product warms up the kernels
+            best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e12
+
+
+def print_peaks(device: str) -> dict[torch.dtype, float]:
+    """Measure and print the float32 and bfloat16 matrix-product peaks of `device` (the roofline)."""
+    peaks = {dtype: matmul_peak_tflops(device, dtype) for dtype in (torch.float32, torch.bfloat16)}
+    ratio = peaks[torch.bfloat16] / peaks[torch.float32]
+    print(
+        f"roofline on {device} ({torch.get_num_threads()} CPU threads): matmul peak float32 "
+        f"{peaks[torch.float32]:.3f} TFLOP/s, bfloat16 {peaks[torch.bfloat16]:.3f} TFLOP/s ({ratio:.1f}×)"
+    )
+    return peaks
 
 
 def synchronize(device: str) -> None:

@@ -145,7 +145,8 @@ class TrainOptions:
     mixed_precision: Literal[MIXED_PRECISIONS] = field(  # type: ignore[valid-type]
         default="auto",
         metadata=_help(
-            "auto: the launcher's (accelerate launch --mixed_precision), else bf16 on GPUs with it"
+            "auto: the launcher's (accelerate launch --mixed_precision), else bf16 autocast where the device "
+            "computes it natively (GPUs with bf16; CPUs with AVX512-BF16 or AMX), else fp32"
         ),
     )
     torch_compile: bool = field(
