@@ -22,6 +22,8 @@ For each (preset, init_scheme, peak learning rate) this trains on Multi30k En→
     python benchmarks/init_study.py --plot benchmarks/init_study.json --figure benchmarks/init_study.png
     python benchmarks/init_study.py --at-init --presets tiny small base big
 
+Models train on --device (a GPU when there is one; the figures above are from a CPU, in float32 either way).
+
 `--at-init` trains nothing: it prints, for freshly initialised models, how alike the encoder's outputs at different
 positions are after each layer, with the attention entropies and branch gains.
 
@@ -63,6 +65,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=1024, help="padded tokens per side and batch")
     parser.add_argument("--probe-every", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="where the models train"
+    )
     parser.add_argument("--output", type=Path, default=Path("benchmarks/init_study.json"))
     parser.add_argument("--plot", type=Path, nargs="+", help="only draw the figure of these JSON files")
     parser.add_argument("--at-init", action="store_true", help="only analyse freshly initialised models")
@@ -193,7 +198,7 @@ def init_settings(spec: str) -> dict:
 def run_one(preset, init, peak_lr, args, tokenizer, loader, unigram, probe_batch, val, frequent) -> dict:
     torch.manual_seed(args.seed)
     config = VaswaniTransformerConfig.from_preset(preset, vocab_size=len(tokenizer), **init_settings(init))
-    model = VaswaniTransformerForConditionalGeneration(config)
+    model = VaswaniTransformerForConditionalGeneration(config).to(args.device)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=peak_lr, betas=ADAM_BETAS, eps=ADAM_EPSILON, weight_decay=0.0
     )
@@ -213,7 +218,7 @@ def run_one(preset, init, peak_lr, args, tokenizer, loader, unigram, probe_batch
     batches = batches_forever(loader)
     record["steps"].append({"step": 0, "loss": float("nan"), **probe(model, probe_batch, gains, frequent)})
     for step in range(1, args.steps + 1):
-        batch = next(batches)
+        batch = next(batches).to(args.device)
         loss = model(**batch).loss
         loss.backward()
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
@@ -251,7 +256,9 @@ def run_one(preset, init, peak_lr, args, tokenizer, loader, unigram, probe_batch
     return record
 
 
-def at_init(presets: list[str], inits: list[str], tokenizer, probe_batch, frequent: torch.Tensor) -> None:
+def at_init(
+    presets: list[str], inits: list[str], tokenizer, probe_batch, frequent: torch.Tensor, device: str
+) -> None:
     """Print the layer-by-layer encoder position similarity and the probe of untrained models."""
     print(
         "preset init   | encoder outputs, cosine between positions: embeddings, layer 1 … N | "
@@ -263,7 +270,7 @@ def at_init(presets: list[str], inits: list[str], tokenizer, probe_batch, freque
             config = VaswaniTransformerConfig.from_preset(
                 preset, vocab_size=len(tokenizer), **init_settings(init)
             )
-            model = VaswaniTransformerForConditionalGeneration(config).eval()
+            model = VaswaniTransformerForConditionalGeneration(config).to(device).eval()
             with torch.no_grad():
                 states = model.model.encoder(
                     input_ids=probe_batch["input_ids"],
@@ -332,7 +339,8 @@ def main() -> None:
     tokenizer, loader, tokenized, val = load_data(args.data_dir, args.max_tokens, args.seed)
     unigram = unigram_loss(tokenized, len(tokenizer), label_smoothing=0.1)
     labels = torch.tensor([t for row in tokenized["labels"] for t in row])
-    frequent = torch.bincount(labels, minlength=len(tokenizer)).topk(500).indices  # the 500 commonest tokens
+    counts = torch.bincount(labels, minlength=len(tokenizer))
+    frequent = counts.topk(500).indices.to(args.device)  # the 500 commonest tokens
     probe_pairs = val.select(range(64))
     collator = DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100)
     encoded = tokenizer(list(probe_pairs["source"]), text_target=list(probe_pairs["target"]))
@@ -341,9 +349,9 @@ def main() -> None:
             {k: encoded[k][i] for k in ("input_ids", "attention_mask", "labels")}
             for i in range(len(probe_pairs))
         ]
-    )
+    ).to(args.device)
     if args.at_init:
-        at_init(args.presets, args.inits, tokenizer, probe_batch, frequent)
+        at_init(args.presets, args.inits, tokenizer, probe_batch, frequent, args.device)
         return
     records = json.loads(args.output.read_text()) if args.output.exists() else []
     for preset in args.presets:
