@@ -72,8 +72,8 @@ def _check_torch_options(options: EngineOptions) -> None:
         return
     if device != "cpu":
         raise ValueError(
-            "--quantize int8 with --engine torch is for CPUs: on a GPU drop it (bfloat16 is the default there) "
-            "or use --engine ctranslate2 --quantize int8."
+            f"--quantize int8 with --engine torch runs on the CPU, not {device}: add --device cpu, drop "
+            "--quantize (bfloat16 is the default on a GPU), or use --engine ctranslate2 --quantize int8."
         )
     if options.dtype not in ("auto", "float32"):
         raise ValueError(
