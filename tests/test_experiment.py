@@ -67,6 +67,8 @@ def test_multi30k_recipe_in_miniature(shared_data: Path, tmp_path: Path, caplog)
     assert "case:lc" in scores["sacrebleu"]["signature"]  # a lowercased model is scored lowercased
     assert scores["tokenized_bleu"]["ref_len"] > 0 and scores["num_sentences"] == 20
     assert scores["decoding"] == {
+        "engine": "torch",
+        "quantization": "none",
         "num_beams": 2,
         "do_sample": False,
         # the job scores in the precision translate() picks on this CPU (bf16 autocast where it is native)

@@ -4,7 +4,7 @@ import copy
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import (
@@ -18,8 +18,12 @@ from transformers import (
 from .bleu import moses_tokenize, sacre_bleu, tokenized_bleu
 from .monitoring import translation_shares
 from .precision import decoding_precision
+from .quantization import INT8_DESCRIPTION, int8_linear_layers
 from .tokenization import lowercases
 from .translate import translate
+
+if TYPE_CHECKING:  # engines.py builds on this module
+    from .engines import Engine
 
 
 def score_translations(
@@ -101,11 +105,17 @@ def check_vocabulary(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
 def decoding_settings(
     model: PreTrainedModel, dtype: torch.dtype | None = None, **overrides: Any
 ) -> dict[str, Any]:
-    """What `translate` will use: the model's generation config with `overrides`, and the precision it computes
-    in (`dtype`, else `precision.decoding_precision`'s choice), as recorded in scores.json."""
+    """What `translate` will use: the model's generation config with `overrides`, the precision it computes
+    in (`dtype`, else `precision.decoding_precision`'s choice) and its int8 layers if any
+    (`quantization.quantize_int8`), as recorded in scores.json."""
     config = copy.deepcopy(model.generation_config)
     config.update(**overrides)
-    settings: dict[str, Any] = {"num_beams": config.num_beams or 1, "do_sample": bool(config.do_sample)}
+    settings: dict[str, Any] = {
+        "engine": "torch",
+        "quantization": INT8_DESCRIPTION if int8_linear_layers(model) else "none",
+        "num_beams": config.num_beams or 1,
+        "do_sample": bool(config.do_sample),
+    }
     precision = decoding_precision(model.dtype, model.device, dtype)
     settings["dtype"] = str(precision).removeprefix("torch.")
     if precision != model.dtype:
@@ -138,12 +148,7 @@ def translate_and_score(
     **generate_overrides: Any,
 ) -> tuple[list[str], dict]:
     """Translate `sources` (the model's decoding settings, with overrides; `translate`'s precision unless
-    `dtype`) and score them against references.
-
-    Both BLEU scores are case-sensitive, as published WMT results are, unless the tokenizer lowercases (as for
-    Multi30k, whose published scores are lowercased): then both are lowercased.
-    """
-    lowercase = lowercases(tokenizer)
+    `dtype`) and score them against references (`score_with_tokenizer`)."""
     hypotheses = translate(
         sources,
         model,
@@ -153,7 +158,34 @@ def translate_and_score(
         dtype=dtype,
         **generate_overrides,
     )
-    scores = score_translations(
+    scores = score_with_tokenizer(
+        hypotheses,
+        references,
+        tokenizer,
+        target_lang=target_lang,
+        references_tokenized=references_tokenized,
+        split_compounds=split_compounds,
+    )
+    scores["decoding"] = decoding_settings(model, dtype, **generate_overrides)
+    return hypotheses, scores
+
+
+def score_with_tokenizer(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    target_lang: str,
+    references_tokenized: Sequence[str] | None = None,
+    split_compounds: bool = False,
+) -> dict:
+    """`score_translations` with the casing of the model's tokenizer.
+
+    Both BLEU scores are case-sensitive, as published WMT results are, unless the tokenizer lowercases (as for
+    Multi30k, whose published scores are lowercased): then both are lowercased.
+    """
+    lowercase = lowercases(tokenizer)
+    return score_translations(
         hypotheses,
         references,
         target_lang=target_lang,
@@ -162,8 +194,6 @@ def translate_and_score(
         sacrebleu_lowercase=lowercase,
         split_compounds=split_compounds,
     )
-    scores["decoding"] = decoding_settings(model, dtype, **generate_overrides)
-    return hypotheses, scores
 
 
 def write_scores(folder: Path, hypotheses: Sequence[str], scores: dict, *, name: str = "") -> Path:
@@ -179,7 +209,24 @@ def evaluation_prefix(name: str) -> str:
     return f"{name}_" if name else ""
 
 
+def scores_file(model_dir: str | Path, name: str = "", *, overwrite: bool = False) -> Path:
+    """The scores file an evaluation named `name` writes into `model_dir` (`{name}_scores.json`).
+
+    One from an earlier evaluation (the training job's scores.json is the one the model card reports) is
+    replaced only with `overwrite`: call this before loading or decoding anything.
+    """
+    prefix = evaluation_prefix(name)
+    path = Path(model_dir) / f"{prefix}scores.json"
+    if path.exists() and not overwrite:
+        raise FileExistsError(
+            f"{path} holds an earlier evaluation's scores; name this one (--name, e.g. --name wmt13: "
+            f"{prefix or 'wmt13_'}scores.json) or replace it (--overwrite)."
+        )
+    return path
+
+
 def evaluate_model(
+    engine: "Engine",
     model_dir: str | Path,
     sources: Sequence[str],
     references: Sequence[str],
@@ -188,27 +235,32 @@ def evaluate_model(
     name: str = "",
     overwrite: bool = False,
     show_progress: bool = False,
-    **options: Any,
+    batch_size: int = 128,
+    references_tokenized: Sequence[str] | None = None,
+    split_compounds: bool = False,
+    **generate_overrides: Any,
 ) -> dict:
-    """Translate `sources` with a saved model, score them, and write hypotheses.txt and scores.json beside it.
+    """Translate `sources` with `engine` (`engines.load_engine` of the model in `model_dir`), score them, and
+    write hypotheses.txt and scores.json (with the engine's decoding record) beside the model.
 
     With a `name`, the files are `{name}_hypotheses.txt` and `{name}_scores.json`, so that scores on another test
-    set sit beside the training job's. Files from an earlier evaluation (the training job's scores.json is the
-    one the model card reports) are replaced only with `overwrite`: checked before any decoding.
-    `options` are those of `translate_and_score`: scoring options and `generate` overrides.
+    set sit beside the training job's; earlier files are replaced only with `overwrite` (`scores_file`, checked
+    before decoding). `generate_overrides` change the model's decoding (num_beams, length_penalty).
     """
-    prefix = evaluation_prefix(name)
-    scores_file = Path(model_dir) / f"{prefix}scores.json"
-    if scores_file.exists() and not overwrite:
-        raise FileExistsError(
-            f"{scores_file} holds an earlier evaluation's scores; name this one (--name, e.g. --name wmt13: "
-            f"{prefix or 'wmt13_'}scores.json) or replace it (--overwrite)."
-        )
-    model, tokenizer = load_for_decoding(model_dir)
-    hypotheses, scores = translate_and_score(
-        model, tokenizer, sources, references, target_lang=target_lang, show_progress=show_progress, **options
+    scores_file(model_dir, name, overwrite=overwrite)
+    hypotheses = engine.translate(
+        sources, batch_size=batch_size, show_progress=show_progress, **generate_overrides
     )
-    write_scores(Path(model_dir), hypotheses, scores, name=prefix)
+    scores = score_with_tokenizer(
+        hypotheses,
+        references,
+        engine.tokenizer,
+        target_lang=target_lang,
+        references_tokenized=references_tokenized,
+        split_compounds=split_compounds,
+    )
+    scores["decoding"] = engine.decoding_settings(**generate_overrides)
+    write_scores(Path(model_dir), hypotheses, scores, name=evaluation_prefix(name))
     return scores
 
 

@@ -5,22 +5,47 @@ bias-free attention projections (its biases are optional), ReLU feed-forward, em
 shared by both embeddings and the softmax. Its built-in sinusoids put all sines before all cosines, the paper's
 (§3.5) interleave them, so the export writes our encodings as the position table (as CTranslate2 does for
 learned positions): `max_positions` rows, i.e. sentences of up to that many tokens, source and output.
+
+`cached_export` converts a model once per content: into a cache folder named by a hash of its weights, config,
+tokenizer and generation config, the quantization and this package's export format, written under a temporary
+name and renamed, so a killed conversion never leaves a folder that a later call would use.
 """
 
+import hashlib
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import constants, snapshot_download
+from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .evaluation import load_for_decoding
+from .evaluation import check_model_name, load_for_decoding
 from .translate import length_sorted_batches
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16")
 ACTIVATIONS = ("relu", "gelu")
 DECODING_FILE = "decoding.json"
+# What the conversion writes for a given model: bump it when that changes, so cached exports are made anew.
+EXPORT_FORMAT = 1
+CACHE_RECORD = "export.json"  # written last into a cached export: what it was made from
+# The files a conversion reads: weights, configs, tokenizer (never executed or unpickled, only hashed).
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "tokenizer*.json",
+    "special_tokens_map.json",
+    "*.model",
+    "vocab*",
+    "merges.txt",
+)
 
 
 def _ctranslate2() -> Any:
@@ -180,12 +205,111 @@ def decoding_defaults(model: PreTrainedModel) -> dict[str, Any]:
     }
 
 
+def default_cache_dir() -> Path:
+    """Where `cached_export` keeps conversions: HF_HOME/vaswani_transformer/ctranslate2."""
+    return Path(constants.HF_HOME) / "vaswani_transformer" / "ctranslate2"
+
+
+def model_folder(model: str | Path) -> Path:
+    """A local folder with the model's files: the folder itself, or a Hub id's snapshot (the cache offline)."""
+    name = check_model_name(model)
+    if Path(name).is_dir():
+        return Path(name)
+    return Path(snapshot_download(name, allow_patterns=list(MODEL_FILES)))
+
+
+def export_record(folder: Path, quantization: str | None, max_positions: int) -> dict[str, Any]:
+    """What an export of `folder` depends on: the SHA-256 of each model file, the conversion's settings,
+    this package's export format and the CTranslate2 version that writes model.bin."""
+    files = sorted({path for pattern in MODEL_FILES for path in folder.glob(pattern) if path.is_file()})
+    return {
+        "files": {path.name: _sha256(path) for path in files},
+        "quantization": quantization or "float32",
+        "max_positions": max_positions,
+        "export_format": EXPORT_FORMAT,
+        "ctranslate2": _ctranslate2().__version__,
+    }
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _is_complete(folder: Path, record: dict[str, Any]) -> bool:
+    """Whether `folder` is a finished export of `record` (its record file is written last)."""
+    try:
+        saved = json.loads((folder / CACHE_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return saved == record and (folder / "model.bin").is_file()
+
+
+def cached_export(
+    model: str | Path,
+    *,
+    quantization: str | None = None,
+    cache_dir: str | Path | None = None,
+    max_positions: int = 1024,
+) -> Path:
+    """The CTranslate2 export of `model` (folder or Hub id), converted on the first call and reused after.
+
+    The export lives in `cache_dir` (default: `default_cache_dir()`) under a hash of `export_record`: a
+    retrained model, another quantization or a new export format gets a new folder. It is converted into a
+    hidden temporary folder and renamed into place when complete; a folder under the final name that is not
+    complete (say, copied in by hand and cut short) is replaced. Returns the export's folder.
+    """
+    folder = model_folder(model)
+    record = export_record(folder, quantization, max_positions)
+    key = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:32]
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    final = root / key
+    if _is_complete(final, record):
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+    try:
+        to_ctranslate2(folder, staging, quantization=quantization, max_positions=max_positions)
+        (staging / CACHE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        staging.chmod(0o755)  # mkdtemp makes it private; the cache folder is readable as any other
+        _move_into_place(staging, final, record)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def _move_into_place(staging: Path, final: Path, record: dict[str, Any]) -> None:
+    """Rename the finished `staging` to `final`, replacing an incomplete folder there; if another process
+    finished the same export first, keep its folder."""
+    if final.exists() and not _is_complete(final, record):
+        discarded = Path(tempfile.mkdtemp(prefix=f".{final.name}.incomplete.", dir=final.parent))
+        final.rename(discarded / "export")
+        shutil.rmtree(discarded, ignore_errors=True)
+    try:
+        os.rename(staging, final)
+    except OSError:
+        if not _is_complete(final, record):
+            raise
+
+
+def cpu_count() -> int:
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 class CTranslate2Translator:
     """An exported model with its tokenizer: `CTranslate2Translator(folder).translate(["I love you."])`.
 
     Decoding defaults to the model's own settings (read from DECODING_FILE). CTranslate2 divides a finished
     beam's log-probability by |Y|^α where the model divides by ((5 + |Y|) / 6)^α (GNMT), so beam search can pick
     a different hypothesis among close ones; greedy decoding (beam_size=1) gives the model's tokens.
+
+    On a CPU each batch is decoded by one thread and as many batches as there are cores run at once
+    (`intra_threads=1`, `inter_threads=cores`; pass them to change it): on 2 cores twice the speed of two threads
+    per batch, since a batch of a small model keeps one core busy with little left to share.
     """
 
     def __init__(
@@ -193,26 +317,49 @@ class CTranslate2Translator:
     ):
         ctranslate2 = _ctranslate2()
         folder = Path(folder)
+        if device == "cpu":
+            options = {"intra_threads": 1, "inter_threads": cpu_count(), **options}
+        torch_threads = torch.get_num_threads()
         self.translator = ctranslate2.Translator(
             str(folder), device=device, compute_type=compute_type, **options
         )
+        # CTranslate2 sets the process's OpenMP thread count to its intra_threads, which PyTorch shares: without
+        # this, PyTorch would compute on one thread from here on. Its own workers keep their setting.
+        torch.set_num_threads(torch_threads)
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.decoding = json.loads((folder / DECODING_FILE).read_text(encoding="utf-8"))
 
-    def translate(self, texts: Sequence[str], *, batch_size: int = 64, **overrides: Any) -> list[str]:
-        """Translations of `texts` in input order; `overrides` are `translate_batch` options (beam_size=1 …)."""
+    def translate(
+        self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False, **overrides: Any
+    ) -> list[str]:
+        """Translations of `texts` in input order; `overrides` are `translate_batch` options (beam_size=1 …).
+
+        Batches are sorted by length as `translate` sorts them, each limited to its longest source + the offset
+        (§6.1); all are queued at once, so that CTranslate2's `inter_threads` decode several in parallel.
+        """
+        if not texts:
+            return []
         options = {**self.decoding, **overrides}
         offset = options.pop("max_length_offset")
         sources = [
             self.tokenizer.convert_ids_to_tokens(ids) for ids in self.tokenizer(list(texts))["input_ids"]
         ]
-        outputs: list[list[str]] = [[] for _ in sources]
-        for batch in length_sorted_batches([len(tokens) for tokens in sources], batch_size):  # as `translate`
-            limit = max(len(sources[i]) for i in batch) + offset  # §6.1: input length + 50, as `generate`
-            results = self.translator.translate_batch(
-                [sources[i] for i in batch], max_decoding_length=limit, **options
+        batches = length_sorted_batches([len(tokens) for tokens in sources], batch_size)
+        pending = [
+            self.translator.translate_batch(
+                [sources[i] for i in batch],
+                max_decoding_length=max(len(sources[i]) for i in batch) + offset,
+                asynchronous=True,
+                **options,
             )
-            for index, result in zip(batch, results, strict=True):
-                outputs[index] = result.hypotheses[0]
+            for batch in batches
+        ]
+        outputs: list[list[str]] = [[] for _ in sources]
+        progress = tqdm(total=len(batches), desc="translating", unit="batch", disable=not show_progress)
+        with progress:
+            for batch, results in zip(batches, pending, strict=True):
+                for index, result in zip(batch, results, strict=True):
+                    outputs[index] = result.result().hypotheses[0]
+                progress.update()
         ids = [self.tokenizer.convert_tokens_to_ids(tokens) for tokens in outputs]
         return [text.strip() for text in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]

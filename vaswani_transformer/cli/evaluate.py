@@ -2,11 +2,15 @@ r"""Translate a test set with a saved model and report BLEU.
 
 Decoding follows the model's generation config (this package: the paper's §6.1 beam 4, GNMT length penalty
 α = 0.6, max output length = input length + 50), batched and length-sorted; --num-beams and --length-penalty
-override it. BLEU is case-sensitive unless the model's tokenizer lowercases. Writes hypotheses.txt and
-scores.json (with the decoding settings used) next to the model; --name NAME writes NAME_hypotheses.txt and
+override it. The engine is PyTorch (default) or the model's CTranslate2 export (--engine ctranslate2), each
+optionally with int8 (--quantize int8), with the same options as vaswani-translate. BLEU is case-sensitive unless
+the model's tokenizer lowercases. Writes hypotheses.txt and scores.json (with the decoding used: engine,
+quantization, precision, search) next to the model; --name NAME writes NAME_hypotheses.txt and
 NAME_scores.json instead, and an earlier evaluation's files are replaced only with --overwrite.
 
     vaswani-evaluate runs/tatoeba-en-de/final --source test.en --references test.de
+    vaswani-evaluate runs/tatoeba-en-de/final --source test.en --references test.de \
+        --engine ctranslate2 --quantize int8 --name ct2-int8
 
 Multi30k test_2016_flickr, lowercased tokenised BLEU comparable to published numbers:
     vaswani-evaluate runs/multi30k/final \
@@ -26,7 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..data import read_text_lines
-from ..evaluation import evaluate_model, evaluation_prefix
+from ..engines import EngineOptions, load_engine
+from ..evaluation import evaluate_model, evaluation_prefix, scores_file
+from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
 
 def read_lines(path: Path | None) -> list[str] | None:
@@ -34,8 +40,8 @@ def read_lines(path: Path | None) -> list[str] | None:
     return None if path is None else read_text_lines(path)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Command-line arguments."""
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, EngineOptions]:
+    """Command-line arguments and the engine they name, checked before anything is loaded."""
     parser = argparse.ArgumentParser(
         prog="vaswani-evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -43,21 +49,35 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--source", type=Path, required=True, help="source sentences, one a line")
     parser.add_argument("--references", type=Path, required=True, help="reference translations, one a line")
     parser.add_argument(
-        "--references-tokenized", type=Path, help="tokenised references (e.g. Multi30k lc.norm.tok)"
+        "--references_tokenized",
+        "--references-tokenized",
+        type=Path,
+        help="tokenised references (e.g. Multi30k lc.norm.tok)",
     )
-    parser.add_argument("--target-lang", default="de", help="target language for Moses tokenisation")
-    parser.add_argument("--split-compounds", action="store_true", help="WMT14 ##AT## compound splitting")
-    parser.add_argument("--num-beams", type=int, help="beam size (default: the model's generation config, 4)")
-    parser.add_argument("--length-penalty", type=float, help="GNMT α (default: the model's, 0.6)")
-    parser.add_argument("--batch-size", type=int, default=128, help="sentences per decoding batch")
+    parser.add_argument(
+        "--target_lang", "--target-lang", default="de", help="target language for Moses tokenisation"
+    )
+    parser.add_argument(
+        "--split_compounds", "--split-compounds", action="store_true", help="WMT14 ##AT## compound splitting"
+    )
+    add_decoding_arguments(parser, batch_size=128)
     parser.add_argument("--name", default="", help="write NAME_hypotheses.txt and NAME_scores.json")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation's files")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for path in (args.source, args.references, args.references_tokenized):
+        if path is not None and not path.is_file():
+            parser.error(f"{path}: no such file")
+    return args, engine_options(parser, args)
 
 
-def evaluate(args: argparse.Namespace, sources: list[str], references: list[str], overrides: dict) -> dict:
-    """evaluate_model with the command's scoring, decoding and output options."""
+def evaluate(
+    args: argparse.Namespace, options: EngineOptions, sources: list[str], references: list[str]
+) -> dict:
+    """Refuse to replace earlier scores (before loading), load the engine, and evaluate_model with the
+    command's scoring, decoding and output options."""
+    scores_file(args.model_dir, args.name, overwrite=args.overwrite)
     return evaluate_model(
+        load_engine(args.model_dir, options),
         args.model_dir,
         sources,
         references,
@@ -68,24 +88,22 @@ def evaluate(args: argparse.Namespace, sources: list[str], references: list[str]
         name=args.name,
         overwrite=args.overwrite,
         show_progress=True,
-        **overrides,
+        **generate_overrides(args),
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Decode, score, and print the scores; returns the exit status (2: it would replace earlier scores)."""
-    args = parse_args(argv)
+    """Decode, score, and print the scores; returns the exit status (2: bad arguments, a missing model, or it
+    would replace earlier scores)."""
+    args, options = parse_args(argv)
     sources, references = read_lines(args.source), read_lines(args.references)
     if len(sources) != len(references):
         raise SystemExit(
             f"{args.source} has {len(sources)} lines but {args.references} has {len(references)}"
         )
-    overrides = {
-        name: value for name in ("num_beams", "length_penalty") if (value := getattr(args, name)) is not None
-    }
     try:
-        scores = evaluate(args, sources, references, overrides)
-    except FileExistsError as error:
+        scores = evaluate(args, options, sources, references)
+    except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(scores, indent=2))

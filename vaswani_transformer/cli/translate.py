@@ -1,11 +1,14 @@
 r"""Translate text with a trained model: one sentence a line, from files or standard input, to standard output.
 
 Decoding is the model's own (the paper's §6.1: beam 4, length penalty α = 0.6, input length + 50) unless
---num_beams says otherwise; batches are sorted by length; progress goes to standard error. Blank lines stay
-blank, so the output has exactly one line per input line (lines end at "\n" only).
+--num_beams or --length_penalty say otherwise; batches are sorted by length; progress goes to standard error.
+Blank lines stay blank, so the output has exactly one line per input line (lines end at "\n" only). The same
+holds for every engine: PyTorch (default; --quantize int8 for dynamic int8 linear layers on a CPU) or the
+model's CTranslate2 export (--engine ctranslate2, converted once and cached; --quantize int8 is its fast CPU path).
 
     echo "Where is the train station?" | vaswani-translate runs/tatoeba-en-de/final
     vaswani-translate runs/tatoeba-en-de/final input.en > output.de
+    vaswani-translate runs/tatoeba-en-de/final --engine ctranslate2 --quantize int8 < input.en
     vaswani-translate you/tatoeba-en-de --num_beams 1 --device cuda --dtype bfloat16 < input.en
 """
 
@@ -13,83 +16,41 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..data import split_lines
-from ..evaluation import decoding_dtype, load_for_decoding
-from ..translate import translate
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from ..engines import EngineOptions, load_engine, translate_lines
+from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Command-line arguments (`--num_beams` and `--num-beams` both work)."""
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, EngineOptions]:
+    """Command-line arguments and the engine they name, checked before anything is loaded."""
     parser = argparse.ArgumentParser(
         prog="vaswani-translate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("model", help="trained model folder (e.g. runs/tatoeba-en-de/final) or Hub id")
     parser.add_argument("files", nargs="*", type=Path, help="input files (default: standard input)")
-    parser.add_argument("--num_beams", "--num-beams", type=int, help="beam size (default: the model's, 4)")
-    parser.add_argument("--batch_size", "--batch-size", type=int, default=64, help="sentences per batch")
-    parser.add_argument(
-        "--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when there is one)"
-    )
-    parser.add_argument(
-        "--dtype",
-        choices=["auto", *DTYPES],
-        default="auto",
-        help="weights and activations (auto: bfloat16 on a GPU that has it, else float32)",
-    )
+    add_decoding_arguments(parser, batch_size=64)
     args = parser.parse_args(argv)
-    for name in ("num_beams", "batch_size"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     for path in args.files:
         if not path.is_file():
             parser.error(f"{path}: no such file")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: this machine has no CUDA GPU (use --device cpu)")
-    return args
-
-
-def _device_and_dtype(device: str, dtype: str) -> tuple[str, torch.dtype]:
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if dtype == "auto":
-        return device, decoding_dtype(device)
-    return device, DTYPES[dtype]
-
-
-def translate_lines(
-    lines: Sequence[str], model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, **options: Any
-) -> list[str]:
-    """Translations of the non-blank lines, with blank lines kept blank, in input order."""
-    filled = [index for index, line in enumerate(lines) if line.strip()]
-    translations = translate([lines[index] for index in filled], model, tokenizer, **options)
-    output = [""] * len(lines)
-    for index, translation in zip(filled, translations, strict=True):
-        output[index] = translation
-    return output
+    return args, engine_options(parser, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Read, translate, write; returns the exit status (2 for bad arguments or a missing model)."""
-    args = parse_args(argv)
-    device, dtype = _device_and_dtype(args.device, args.dtype)
+    args, options = parse_args(argv)
     try:
-        model, tokenizer = load_for_decoding(args.model, device=device, dtype=dtype)
+        engine = load_engine(args.model, options)
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     inputs = [path.read_text(encoding="utf-8") for path in args.files] or [sys.stdin.read()]
-    overrides = {} if args.num_beams is None else {"num_beams": args.num_beams}
     lines = [line for text in inputs for line in split_lines(text)]
-    for translation in translate_lines(
-        lines, model, tokenizer, batch_size=args.batch_size, show_progress=True, **overrides
-    ):
+    translations = translate_lines(
+        lines, engine, batch_size=args.batch_size, show_progress=True, **generate_overrides(args)
+    )
+    for translation in translations:
         print(translation)
     return 0
 

@@ -1,0 +1,85 @@
+"""The decoding options `vaswani-translate` and `vaswani-evaluate` share, spelt alike on both
+(`--num_beams` and `--num-beams` both work)."""
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..engines import DTYPES, ENGINES, QUANTIZATIONS, EngineOptions, check_engine_options
+
+ENGINE_HELP = (
+    "torch (default): the model in PyTorch. ctranslate2: the model's CTranslate2 export (pip install "
+    "'vaswani_transformer[ctranslate2]'), converted on first use into --ctranslate2_cache and reused after; "
+    "its beam search divides by |Y|^α, not the paper's GNMT ((5 + |Y|) / 6)^α, so close calls may differ"
+)
+QUANTIZE_HELP = (
+    "none (default) or int8. With --engine ctranslate2: CTranslate2's int8 compute type, the fast CPU path. "
+    "With --engine torch (CPU only): dynamic int8 in the encoder's and decoder's linear layers through torchao "
+    "(pip install 'vaswani_transformer[int8]'); embeddings and the output projection, which shares their "
+    "table, stay unquantized. Eager torchao int8 pays off in large layers; for small models it is slower "
+    "than the bfloat16 autocast that auto gives on CPUs that have it (benchmarks/bench_engines.py)"
+)
+DTYPE_HELP = (
+    "auto (default): on a GPU, bfloat16 weights where it supports them; on a CPU, float32 weights that "
+    "PyTorch computes in bfloat16 autocast where the CPU multiplies bfloat16 natively (AVX512-BF16 or AMX), "
+    "else in float32. float32 keeps float32 throughout; bfloat16 or float16 loads the weights so. With "
+    "--quantize int8 and --engine torch: auto or float32, for what is not int8. With --engine ctranslate2: "
+    "its compute type (auto: float32 on a CPU, bfloat16 on a GPU; with int8: int8 or int8_DTYPE)"
+)
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser, *, batch_size: int) -> None:
+    """--num_beams, --length_penalty, --batch_size, --engine, --quantize, --dtype, --device, --ctranslate2_cache."""
+    parser.add_argument("--num_beams", "--num-beams", type=int, help="beam size (default: the model's, 4)")
+    parser.add_argument(
+        "--length_penalty",
+        "--length-penalty",
+        type=float,
+        help="length penalty α (default: the model's, 0.6; GNMT form with --engine torch, |Y|^α with ctranslate2)",
+    )
+    parser.add_argument(
+        "--batch_size",
+        "--batch-size",
+        type=int,
+        default=batch_size,
+        help=f"sentences per batch ({batch_size})",
+    )
+    parser.add_argument("--engine", choices=ENGINES, default="torch", help=ENGINE_HELP)
+    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help=QUANTIZE_HELP)
+    parser.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP)
+    parser.add_argument(
+        "--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when there is one)"
+    )
+    parser.add_argument(
+        "--ctranslate2_cache",
+        "--ctranslate2-cache",
+        type=Path,
+        help="folder of --engine ctranslate2's conversions, one per model content and quantization "
+        "(default: HF_HOME/vaswani_transformer/ctranslate2)",
+    )
+
+
+def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> EngineOptions:
+    """The parsed decoding options, checked before anything is loaded (bad ones exit 2 with the fix)."""
+    for name in ("num_beams", "batch_size"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    options = EngineOptions(
+        engine=args.engine,
+        quantize=args.quantize,
+        dtype=args.dtype,
+        device=args.device,
+        ctranslate2_cache=args.ctranslate2_cache,
+    )
+    try:
+        check_engine_options(options)
+    except ValueError as error:
+        parser.error(str(error))
+    return options
+
+
+def generate_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Only the decoding settings given on the command line: the rest is the model's (§6.1)."""
+    return {
+        name: value for name in ("num_beams", "length_penalty") if (value := getattr(args, name)) is not None
+    }
