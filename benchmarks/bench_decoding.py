@@ -3,15 +3,17 @@
     python benchmarks/bench_decoding.py                                  # CPU: d512 6+6, vocabulary 8k
     python benchmarks/bench_decoding.py --device cuda --dtype bfloat16 --vocab_size 37000 --batch 64
     python benchmarks/bench_decoding.py --device cuda --dtype bfloat16 --vocab_size 37000 --batch 64 --compile
-    python benchmarks/bench_decoding.py --model runs/multi30k/final \\
-        --source ../shared/data/multi30k/test_2016_flickr.en               # a trained model on real sentences
+    python benchmarks/bench_decoding.py --model runs/tatoeba-en-de/final --ctranslate2   # its test split, BLEU
+    python benchmarks/bench_decoding.py --model runs/multi30k/final --recipe multi30k --ctranslate2 --batch 64
 
 Fixed-length run (default): both models get the same random weights (Marian with our interleaved position table,
 zero attention biases), --batch source sentences of --source_length tokens, and decode exactly --new_tokens tokens
-(min = max), so both do the same work; beam 4 (the paper's) and greedy. With --model, the trained model and its
-Marian copy translate the --source file with the model's decoding settings (generation_config) in length-sorted
-batches, ours through `translate()` itself; Marian's length penalty is |Y|^α, ours GNMT, so their outputs can differ
-slightly; --references adds each one's BLEU.
+(min = max), so both do the same work; beam 4 (the paper's) and greedy.
+Trained model (--model): the model in every engine of `vaswani-translate` (`engines.load_engine`: the default
+precision, float32, int8 linear layers, and with --ctranslate2 its CTranslate2 export, float and int8) and its
+MarianMTModel copies translate the --recipe's test split (or --source) with the model's decoding settings in the
+same length-sorted batches; with references, each one's sacreBLEU and tokenised BLEU. Marian's length penalty (and
+CTranslate2's) is |Y|^α, ours GNMT, so their outputs can differ slightly.
 Precision: ours decodes as the package does by default (--dtype auto: on a CPU with native bfloat16, float32 weights
 under bf16 autocast; on a GPU, bfloat16 weights); MarianMTModel decodes in float32 (what its users get by default)
 and in ours's precision (like for like). The machine's own float32 and bfloat16 matrix-product peaks are measured
@@ -19,7 +21,7 @@ first, and each run's FLOP/s (matrix products counted by torch's FlopCounterMode
 the peak of its precision (MFU).
 --compile (fixed-length run): both models decode with transformers' static cache and a torch.compile'd forward
 (CUDA graphs on a GPU); the untimed first round of each shape pays the compiling.
---ctranslate2: our model exported to CTranslate2, float32 and int8 weights, one thread per core (intra_threads 1,
+--ctranslate2: our model exported to CTranslate2, float and int8 weights, one thread per core (intra_threads 1,
 inter_threads = cores, batches split across them: twice the throughput of all threads on one batch on 2 cores).
 Figures: sentences/s, output tokens/s, single-sentence latency (batch 1), peak GPU memory; medians of --repeats.
 """
@@ -27,6 +29,7 @@ Figures: sentences/s, output tokens/s, single-sentence latency (batch 1), peak G
 import argparse
 import math
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -47,9 +50,11 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import PreTrainedModel
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
-from vaswani_transformer.evaluation import decoding_dtype
+from vaswani_transformer.data import read_text_lines
+from vaswani_transformer.engines import EngineOptions, TorchEngine, load_engine
+from vaswani_transformer.evaluation import decoding_dtype, load_for_decoding, score_with_tokenizer
 from vaswani_transformer.precision import autocast_to
-from vaswani_transformer.translate import length_sorted_batches, translate
+from vaswani_transformer.translate import length_sorted_batches
 
 
 def marian_copy(model: VaswaniTransformerForConditionalGeneration) -> PreTrainedModel:
@@ -245,84 +250,137 @@ def ctranslate2_twins(
     return twins
 
 
-def trained_ctranslate2(model_dir: str, args: argparse.Namespace, texts: list[str]) -> dict[str, Callable]:
-    """The trained model exported to CTranslate2 (float and int8 weights), translating `texts` in one call."""
-    from vaswani_transformer.export import CTranslate2Translator, to_ctranslate2
-
-    folder = to_ctranslate2(model_dir, Path(tempfile.mkdtemp(prefix="ct2-bench-")) / "model")
-    runs = {}
-    for name, compute_type in ctranslate2_compute_types(args.device).items():
-        translator = CTranslate2Translator(
-            folder, device=args.device, compute_type=compute_type, **ctranslate2_threads(args.device)
-        )
-        runs[name] = partial(
-            translator.translate,
-            texts,
-            batch_size=args.batch,
-            max_batch_size=split_across(translator.translator, args.batch),
-        )
-    return runs
-
-
-def trained_model_run(args: argparse.Namespace, peaks: dict[torch.dtype, float]) -> None:
-    """The trained model (through translate(), in the package's default precision) and its Marian copies translate
-    the --source file with the model's decoding settings in the same length-sorted batches."""
-    from vaswani_transformer.evaluation import load_for_decoding, score_translations
-    from vaswani_transformer.tokenization import lowercases
-
-    precision = resolve_dtype(args.dtype, args.device)
-    weights = decoding_dtype(args.device) if args.dtype == "auto" else precision
-    ours, tokenizer = load_for_decoding(args.model, device=args.device, dtype=weights)
-    lines = Path(args.source).read_text(encoding="utf-8").splitlines()[: args.max_sentences]
-    encodings = tokenizer(lines)["input_ids"]
-    batches = length_sorted_batches([len(ids) for ids in encodings], args.batch)
-    paper = ours.generation_config  # given to Marian too, which has its own defaults
-    settings = {name: getattr(paper, name) for name in ("num_beams", "length_penalty", "early_stopping")}
-    runs: dict[str, Callable[[], list[str]]] = {}
-    for name, decoder in decoders(ours, precision).items():
-        if name.startswith("ours"):
-            runs[name] = partial(translate, lines, ours, tokenizer, batch_size=args.batch, dtype=precision)
-            continue
-
-        def run(decoder: Decoder = decoder) -> list[str]:
-            texts = [""] * len(lines)
-            for batch in batches:
-                inputs = tokenizer.pad({"input_ids": [encodings[i] for i in batch]}, return_tensors="pt")
-                limit = int(inputs["attention_mask"].sum(-1).max()) + ours.config.max_length_offset
-                output = decoder.generate(**inputs.to(args.device), max_new_tokens=limit, **settings)
-                for index, text in zip(
-                    batch, tokenizer.batch_decode(output, skip_special_tokens=True), strict=True
-                ):
-                    texts[index] = text.strip()
-            return texts
-
-        runs[name] = run
+def trained_engines(args: argparse.Namespace, cache: Path) -> dict[str, Any]:
+    """The trained model in every engine of `vaswani-translate` (`engines.load_engine`), by name: ours in the
+    default precision, in float32, with int8 linear layers (torchao; CPU), and with --ctranslate2 its CTranslate2
+    export with float and int8 weights; --int8_alternatives adds torch.ao's deprecated `quantize_dynamic`."""
+    options = {"ours float32": EngineOptions(dtype="float32", device=args.device)}
+    if args.dtype != "float32":
+        name = "ours default" if args.dtype == "auto" else f"ours {args.dtype}"
+        options[name] = EngineOptions(dtype=args.dtype, device=args.device)
+    if args.device == "cpu":
+        options["ours int8 (torchao)"] = EngineOptions(quantize="int8", device="cpu")
     if args.ctranslate2:
-        runs |= trained_ctranslate2(args.model, args, lines)
-    texts: dict[str, list[str]] = {}
-    timed = {name: (lambda name=name, run=run: texts.__setitem__(name, run())) for name, run in runs.items()}
-    with torch.inference_mode():
-        seconds = alternating_medians(timed, args.repeats, args.device)
-    references = (
-        Path(args.references).read_text(encoding="utf-8").splitlines()[: len(lines)]
-        if args.references
-        else None
-    )
-    lowercase = lowercases(tokenizer)
-    print(f"{len(lines)} sentences of {args.source}, {settings}, batches of {args.batch}")
-    for name in runs:
-        line = f"{name:16s} {seconds[name]:7.2f} s  {len(lines) / seconds[name]:7.1f} sentences/s"
-        if references is not None:
-            scores = score_translations(
-                texts[name],
-                references,
-                target_lang="de",
-                sacrebleu_lowercase=lowercase,
-                tokenized_lowercase=lowercase,
+        for quantize in ("none", "int8"):
+            name = f"ct2 {'int8' if quantize == 'int8' else 'float'}"
+            options[name] = EngineOptions(
+                engine="ctranslate2", quantize=quantize, device=args.device, ctranslate2_cache=cache
             )
-            line += f"  sacreBLEU {scores['sacrebleu']['score']:.2f}"
-        same = sum(a == b for a, b in zip(texts[name], texts["marian float32"], strict=True))
-        print(f"{line}  {same}/{len(lines)} translations as Marian float32's")
+    loaded = {name: load_engine(args.model, option) for name, option in options.items()}
+    if args.int8_alternatives:
+        loaded["ours int8 (torch.ao)"] = quantize_dynamic_engine(args.model)
+    return loaded
+
+
+def quantize_dynamic_engine(model: str) -> TorchEngine:
+    """torch.ao's dynamic int8 (fbgemm) on the encoder's and decoder's Linear layers (as torchao's engine),
+    decoded in float32: the deprecated alternative `quantization.quantize_int8` was chosen against."""
+    loaded, tokenizer = load_for_decoding(model, device="cpu", dtype=torch.float32)
+    names = {
+        name for name, m in loaded.named_modules() if isinstance(m, torch.nn.Linear) and name != "lm_head"
+    }
+    with warnings.catch_warnings():  # its deprecation notice, once per layer
+        warnings.simplefilter("ignore")
+        quantized = torch.ao.quantization.quantize_dynamic(loaded, names, dtype=torch.qint8)
+    return TorchEngine(quantized, tokenizer, torch.float32)
+
+
+def marian_translations(
+    decoder: Decoder, lines: list[str], tokenizer: Any, batch: int, offset: int, settings: dict[str, Any]
+) -> list[str]:
+    """MarianMTModel translating `lines` as `translate()` batches them: length-sorted, limit longest + offset."""
+    encodings = tokenizer(lines)["input_ids"]
+    texts = [""] * len(lines)
+    for indices in length_sorted_batches([len(ids) for ids in encodings], batch):
+        inputs = tokenizer.pad({"input_ids": [encodings[i] for i in indices]}, return_tensors="pt")
+        limit = int(inputs["attention_mask"].sum(-1).max()) + offset
+        output = decoder.generate(**inputs.to(decoder.model.device), max_new_tokens=limit, **settings)
+        for index, text in zip(
+            indices, tokenizer.batch_decode(output, skip_special_tokens=True), strict=True
+        ):
+            texts[index] = text.strip()
+    return texts
+
+
+@dataclass
+class TestSet:
+    """Sentences to translate, with their references (for BLEU) and tokenised references (tokenised BLEU)."""
+
+    sources: list[str]
+    references: list[str] | None = None
+    references_tokenized: list[str] | None = None
+
+
+def test_set(args: argparse.Namespace) -> TestSet:
+    """--source (--references, --references_tokenized), or the --recipe's test split with its references."""
+    if args.source is not None:
+        sources = read_text_lines(args.source)[: args.max_sentences]
+        return TestSet(
+            sources,
+            *(
+                read_text_lines(path)[: len(sources)] if path else None
+                for path in (args.references, args.references_tokenized)
+            ),
+        )
+    from vaswani_transformer.experiment import TrainOptions, load_corpora
+
+    corpora = load_corpora(TrainOptions.from_recipe(args.recipe))
+    count = min(len(corpora.test), args.max_sentences)
+    tokenized = corpora.test_references_tokenized
+    return TestSet(
+        list(corpora.test["source"])[:count],
+        list(corpora.test["target"])[:count],
+        tokenized[:count] if tokenized is not None else None,
+    )
+
+
+def trained_model_run(args: argparse.Namespace) -> None:
+    """The trained model in each engine and its MarianMTModel copies translate the same sentences with the model's
+    decoding settings in the same length-sorted batches; sentences/s against Marian float32, and BLEU."""
+    sentences = test_set(args)
+    lines = sentences.sources
+    with tempfile.TemporaryDirectory() as cache:
+        engines = trained_engines(args, Path(cache))
+        ours = engines["ours float32"]
+        precision = resolve_dtype(args.dtype, args.device)
+        paper = ours.model.generation_config  # given to Marian too, which has its own defaults
+        settings = {name: getattr(paper, name) for name in ("num_beams", "length_penalty", "early_stopping")}
+        runs: dict[str, Callable[[], list[str]]] = {
+            name: partial(engine.translate, lines, batch_size=args.batch) for name, engine in engines.items()
+        }
+        marians = {
+            name: d for name, d in decoders(ours.model, precision).items() if name.startswith("marian")
+        }
+        offset = ours.model.config.max_length_offset
+        for name, decoder in marians.items():
+            runs[name] = partial(
+                marian_translations, decoder, lines, ours.tokenizer, args.batch, offset, settings
+            )
+        texts: dict[str, list[str]] = {}
+        timed = {
+            name: (lambda name=name, run=run: texts.__setitem__(name, run())) for name, run in runs.items()
+        }
+        with torch.inference_mode():
+            seconds = alternating_medians(timed, args.repeats, args.device)
+    print(f"{len(lines):,} sentences, {settings}, batches of {args.batch}, medians of {args.repeats}")
+    for name in runs:
+        line = f"{name:22s} {seconds[name]:7.2f} s  {len(lines) / seconds[name]:7.1f} sentences/s"
+        if sentences.references is not None:
+            bleu = score_with_tokenizer(
+                texts[name],
+                sentences.references,
+                ours.tokenizer,
+                target_lang="de",
+                references_tokenized=sentences.references_tokenized,
+            )
+            line += f"  sacreBLEU {bleu['sacrebleu']['score']:6.2f}  tokenised {bleu['tokenized_bleu']['score']:6.2f}"
+        same = sum(a == b for a, b in zip(texts[name], texts["ours float32"], strict=True))
+        precision_used = (
+            engines[name].decoding_settings()["dtype"]
+            if name in engines
+            else dtype_name(marians[name].precision)
+        )
+        print(f"{line}  same as ours float32 {same}/{len(lines)}  ({precision_used})")
     print(ratios_line(seconds))
 
 
@@ -346,26 +404,34 @@ def main() -> None:
         help="both models decode with a static cache and a torch.compile'd forward (CUDA graphs on a GPU)",
     )
     parser.add_argument("--model", help="a trained model folder: translate --source with it instead")
-    parser.add_argument("--source", help="source sentences, one a line (with --model)")
-    parser.add_argument("--references", help="reference translations of --source (with --model): adds BLEU")
+    parser.add_argument(
+        "--source", type=Path, help="source sentences (with --model; default: --recipe's test)"
+    )
+    parser.add_argument("--references", type=Path, help="reference translations of --source: adds BLEU")
+    parser.add_argument(
+        "--references_tokenized", type=Path, help="tokenised references of --source (Multi30k lc.norm.tok)"
+    )
+    parser.add_argument("--recipe", default="tatoeba", help="with --model and no --source: its test split")
     parser.add_argument("--max_sentences", type=int, default=1000)
+    parser.add_argument(
+        "--int8_alternatives", action="store_true", help="with --model: also torch.ao's quantize_dynamic"
+    )
     args = parser.parse_args()
-    if args.model and not args.source:
-        parser.error("--model needs --source FILE (sentences to translate)")
     if args.model and args.compile:
         parser.error(
             "--compile times the fixed-length run only: a file's batches have many shapes to compile"
         )
-    if args.references and not args.model:
-        parser.error("--references scores the translations of --model")
+    if (args.source or args.references or args.references_tokenized) and not args.model:
+        parser.error("--source and --references are the sentences of --model")
+    if (args.references or args.references_tokenized) and not args.source:
+        parser.error("--references and --references_tokenized need the --source they translate")
     print(
         f"device {args.device}, dtype {args.dtype}, torch {torch.__version__}, threads {torch.get_num_threads()}"
     )
-    peaks = print_peaks(args.device)
     if args.model:
-        trained_model_run(args, peaks)
+        trained_model_run(args)
     else:
-        fixed_length_runs(args, peaks)
+        fixed_length_runs(args, print_peaks(args.device))
 
 
 if __name__ == "__main__":

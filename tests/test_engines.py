@@ -151,7 +151,8 @@ def test_a_half_written_export_is_never_used(model_dir, tmp_path, conversions, m
 
 def test_int8_engine_uses_int8_layers_and_keeps_the_tied_embeddings(trained_run) -> None:
     """On the trained miniature (realistic activations): the engine's encoder and decoder compute in int8, its
-    logits stay within 1% of float32's with the same argmax, and lm_head still is the float embedding table."""
+    logits stay within 1% of float32's with the same argmax wherever float32's choice is clear of the error, and
+    lm_head still is the float embedding table."""
     reference, tokenizer = load_for_decoding(trained_run.model_dir, device="cpu")
     engine = load_engine(trained_run.model_dir, EngineOptions(quantize="int8", dtype="float32", device="cpu"))
     model = engine.model
@@ -168,7 +169,11 @@ def test_int8_engine_uses_int8_layers_and_keeps_the_tied_embeddings(trained_run)
         full = reference(**inputs, labels=labels).logits
     assert not torch.equal(ours, full)  # int8 products really ran
     assert ((ours - full).norm() / full.norm()).item() < 0.01
-    assert torch.equal(ours.argmax(-1), full.argmax(-1))
+    # The argmax may only change where float32's best two logits are closer than twice the int8 error there.
+    top2 = full.topk(2, dim=-1).values
+    clear = (top2[..., 0] - top2[..., 1]) > 2 * (ours - full).abs().amax(-1)
+    assert clear.float().mean() > 0.5  # most positions are clear calls
+    assert torch.equal(ours.argmax(-1)[clear], full.argmax(-1)[clear])
     settings = engine.decoding_settings()
     assert settings["quantization"].startswith("int8 (torchao") and settings["dtype"] == "float32"
 

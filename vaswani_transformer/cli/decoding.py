@@ -17,7 +17,7 @@ QUANTIZE_HELP = (
     "With --engine torch (CPU only): dynamic int8 in the encoder's and decoder's linear layers through torchao "
     "(pip install 'vaswani_transformer[int8]'); embeddings and the output projection, which shares their "
     "table, stay unquantized. Eager torchao int8 pays off in large layers; for small models it is slower "
-    "than the bfloat16 autocast that auto gives on CPUs that have it (benchmarks/bench_engines.py)"
+    "than the bfloat16 autocast that auto gives on CPUs that have it (benchmarks/bench_decoding.py --model)"
 )
 DTYPE_HELP = (
     "auto (default): on a GPU, bfloat16 weights where it supports them; on a CPU, float32 weights that "
