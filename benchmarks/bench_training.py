@@ -15,6 +15,9 @@
     layer) and training = 3 × forward (backward ≈ 2 × forward); `training_flops` is the formula. Marian's
     attention biases and our fused loss do not change the count. --peak_tflops adds MFU against a datasheet
     figure. --torch_compile compiles our model (and the job's, through the Trainer).
+(c) Attention kernels: one causal attention call at the step's shapes, forward and backward, torch's sdpa kernel
+    against the eager path's matrix products, in float32 and bfloat16 (why bf16 on a CPU attends with the eager
+    kernels).
 (b) Job. The training loop of `scripts/train.py` (`build_trainer` on `paper_training_arguments`, Multi30k with a
     joint BPE of --vocab_size, token-budget batches of --max_tokens) runs --steps updates; its logged target
     tokens/s after the first log window is compared with the same model's step alone on batches of that loader
@@ -28,6 +31,7 @@ import tempfile
 import time
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from peers import (
@@ -40,10 +44,12 @@ from peers import (
     resolve_dtype,
     synchronize,
 )
+from torch.nn.functional import scaled_dot_product_attention
 from transformers import PreTrainedModel
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import load_text_pair, tokenize_parallel
+from vaswani_transformer.modeling_vaswani_transformer import eager_attention_forward
 from vaswani_transformer.monitoring import TrainingProgress
 from vaswani_transformer.tokenization import train_bpe
 from vaswani_transformer.training import ADAM_BETAS, ADAM_EPSILON, build_trainer, paper_training_arguments
@@ -161,6 +167,34 @@ def model_steps(args: argparse.Namespace, dtype: torch.dtype, peaks: dict[torch.
     print(f"    ours ({dtype_name(dtype)}) target tokens/s: " + ", ".join(ratios))
 
 
+def sdpa_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+
+
+def eager_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    module = SimpleNamespace(is_causal=True, training=True)
+    eager_attention_forward(module, q, k, v, None, scaling=q.shape[-1] ** -0.5)[0].sum().backward()
+
+
+def attention_kernels(args: argparse.Namespace) -> None:
+    """(c): one attention call, forward and backward, at the step's shapes (causal, one row per sentence): torch's
+    sdpa kernel against the eager path's two matrix products, in float32 and bfloat16. The model attends with the
+    eager kernels in bfloat16 on a CPU (`VaswaniTransformerAttention._attention_function`) because of this."""
+    config = VaswaniTransformerConfig.from_preset(args.preset, vocab_size=args.vocab_size)
+    shape = (args.batch, config.num_heads, args.length, config.head_dim_k)
+    print(
+        f"(c) attention kernels, {shape} (batch, heads, length, d_k), causal, forward + backward on {args.device}"
+    )
+    for dtype in (torch.float32, torch.bfloat16):
+        qkv = [torch.randn(shape, device=args.device, dtype=dtype, requires_grad=True) for _ in range(3)]
+        runs = {"sdpa": partial(sdpa_step, *qkv), "eager": partial(eager_step, *qkv)}
+        seconds = alternating_medians(runs, args.repeats * 4, args.device)
+        print(
+            f"    {dtype_name(dtype):8s} sdpa {seconds['sdpa'] * 1e3:7.2f} ms  eager {seconds['eager'] * 1e3:7.2f} ms  "
+            f"eager / sdpa speed {seconds['sdpa'] / seconds['eager']:.2f}×"
+        )
+
+
 def multi30k_training_set(args: argparse.Namespace):
     """Multi30k's training pairs with a joint BPE of --vocab_size, tokenised as the job does."""
     pairs, _ = load_text_pair(args.data / "train.en", args.data / "train.de")
@@ -243,6 +277,7 @@ def main() -> None:
     dtype = resolve_dtype(args.dtype, args.device)
     peaks = print_peaks(args.device)
     model_steps(args, dtype, peaks)
+    attention_kernels(args)
     if not args.skip_job:
         job_against_model_step(args, dtype)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
