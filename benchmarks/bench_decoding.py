@@ -10,10 +10,10 @@ Fixed-length run (default): both models get the same random weights (Marian with
 zero attention biases), --batch source sentences of --source_length tokens, and decode exactly --new_tokens tokens
 (min = max), so both do the same work; beam 4 (the paper's) and greedy.
 Trained model (--model): the model in every engine of `vaswani-translate` (`engines.load_engine`: the default
-precision, float32, int8 linear layers, and with --ctranslate2 its CTranslate2 export, float and int8) and its
-MarianMTModel copies translate the --recipe's test split (or --source) with the model's decoding settings in the
-same length-sorted batches; with references, each one's sacreBLEU and tokenised BLEU. Marian's length penalty (and
-CTranslate2's) is |Y|^α, ours GNMT, so their outputs can differ slightly.
+precision, float32, bfloat16 weights, int8 linear layers, and with --ctranslate2 its CTranslate2 export, float and
+int8) and its MarianMTModel copies translate the --recipe's test split (or --source) with the model's decoding
+settings in the same length-sorted batches; with references, each one's sacreBLEU and tokenised BLEU. Marian's
+length penalty (and CTranslate2's) is |Y|^α, ours GNMT, so their outputs can differ slightly.
 Precision: ours decodes as the package does by default (--dtype auto: on a CPU with native bfloat16, float32 weights
 under bf16 autocast; on a GPU, bfloat16 weights); MarianMTModel decodes in float32 (what its users get by default)
 and in ours's precision (like for like). The machine's own float32 and bfloat16 matrix-product peaks are measured
@@ -110,6 +110,16 @@ def generation_flops(decode: Callable[[], object]) -> float:
     return counter.get_total_flops()
 
 
+def fixed_settings(
+    args: argparse.Namespace, ours: VaswaniTransformerForConditionalGeneration, beams: int
+) -> dict[str, Any]:
+    """generate()'s settings for exactly --new_tokens output tokens with `beams` beams (α the model's)."""
+    settings = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "num_beams": beams}
+    if beams > 1:
+        settings["length_penalty"] = ours.generation_config.length_penalty
+    return settings
+
+
 def fixed_length_runs(args: argparse.Namespace, peaks: dict[torch.dtype, float]) -> None:
     """Both models on random sources, exactly --new_tokens output tokens each, beam 4 and greedy."""
     torch.manual_seed(0)
@@ -118,21 +128,29 @@ def fixed_length_runs(args: argparse.Namespace, peaks: dict[torch.dtype, float])
     weights = decoding_dtype(args.device) if args.dtype == "auto" else precision
     ours = VaswaniTransformerForConditionalGeneration(config).to(args.device, weights).eval()
     runs = decoders(ours, precision)
+    sources = torch.randint(4, args.vocab_size, (args.batch, args.source_length), device=args.device)
+    sources[:, -1] = config.eos_token_id
+    # counted eagerly, before compiling: torch.compile refuses to run under FlopCounterMode (a dispatch mode)
+    with torch.inference_mode():
+        flops = {
+            beams: generation_flops(
+                partial(
+                    next(iter(runs.values())).generate, input_ids=sources, **fixed_settings(args, ours, beams)
+                )
+            )
+            for beams in (4, 1)
+        }
     if args.compile:
         # Both forwards run through one transformers wrapper, which torch.compile caches by code object: each
         # model, batch size, beam count and first/later step is an entry, more than the default limit of 8.
         torch._dynamo.config.recompile_limit = 64
         for run in runs.values():
             compile_forward(run.model)
-    sources = torch.randint(4, args.vocab_size, (args.batch, args.source_length), device=args.device)
-    sources[:, -1] = config.eos_token_id
     exported = ctranslate2_twins(ours, args) if args.ctranslate2 else {}
     for beams in (4, 1):
-        settings = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "num_beams": beams}
+        settings = fixed_settings(args, ours, beams)
         if args.compile:  # the forward is compiled already: generate() must not compile its caller again
             settings |= {"cache_implementation": "static", "disable_compile": True}
-        if beams > 1:
-            settings["length_penalty"] = ours.generation_config.length_penalty
         batch = {name: partial(run.generate, input_ids=sources, **settings) for name, run in runs.items()}
         single = {
             name: partial(run.generate, input_ids=sources[:1], **settings) for name, run in runs.items()
@@ -141,16 +159,15 @@ def fixed_length_runs(args: argparse.Namespace, peaks: dict[torch.dtype, float])
             batch[name] = partial(decode, sources, beams, args.new_tokens)
             single[name] = partial(decode, sources[:1], beams, args.new_tokens)
         with torch.inference_mode():
-            flops = generation_flops(batch[next(iter(runs))])
             seconds = alternating_medians(batch, args.repeats, args.device)
             latency = alternating_medians(single, args.repeats, args.device)
             memory = {name: peak_memory_mb(batch[name], args.device) for name in runs}
         for name in batch:
-            mfu = flops / seconds[name] / 1e12 / peaks[runs[name].precision] if name in runs else None
+            mfu = flops[beams] / seconds[name] / 1e12 / peaks[runs[name].precision] if name in runs else None
             report(
                 name, beams, args.batch, args.new_tokens, seconds[name], latency[name], memory.get(name), mfu
             )
-        print(f"beam {beams}: {flops / 1e9:.1f} GFLOP per batch; " + ratios_line(seconds, latency))
+        print(f"beam {beams}: {flops[beams] / 1e9:.1f} GFLOP per batch; " + ratios_line(seconds, latency))
 
 
 def ratios_line(seconds: dict[str, float], latency: dict[str, float] | None = None) -> str:
@@ -252,12 +269,15 @@ def ctranslate2_twins(
 
 def trained_engines(args: argparse.Namespace, cache: Path) -> dict[str, Any]:
     """The trained model in every engine of `vaswani-translate` (`engines.load_engine`), by name: ours in the
-    default precision, in float32, with int8 linear layers (torchao; CPU), and with --ctranslate2 its CTranslate2
-    export with float and int8 weights; --int8_alternatives adds torch.ao's deprecated `quantize_dynamic`."""
+    default precision, in float32, in bfloat16 weights (CPU: the alternative to the default's autocast), with int8
+    linear layers (torchao; CPU), and with --ctranslate2 its CTranslate2 export with float and int8 weights;
+    --int8_alternatives adds torch.ao's deprecated `quantize_dynamic`."""
     options = {"ours float32": EngineOptions(dtype="float32", device=args.device)}
     if args.dtype != "float32":
         name = "ours default" if args.dtype == "auto" else f"ours {args.dtype}"
         options[name] = EngineOptions(dtype=args.dtype, device=args.device)
+    if args.device == "cpu" and args.dtype == "auto":  # the alternative to the default's autocast
+        options["ours bfloat16 weights"] = EngineOptions(dtype="bfloat16", device="cpu")
     if args.device == "cpu":
         options["ours int8 (torchao)"] = EngineOptions(quantize="int8", device="cpu")
     if args.ctranslate2:
