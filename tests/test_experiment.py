@@ -73,7 +73,7 @@ def test_multi30k_recipe_in_miniature(shared_data: Path, tmp_path: Path, caplog)
         "do_sample": False,
         # the job scores in the precision translate() picks on this CPU (bf16 autocast where it is native)
         "dtype": "bfloat16 (autocast over float32 weights)" if cpu_computes_bf16() else "float32",
-        "length_penalty": 0.6,
+        "length_penalty": 1.0,  # the recipe's, chosen on val
         "length_penalty_type": "gnmt",
         "early_stopping": True,
         "max_new_tokens": "longest source in the batch + 50",
@@ -85,6 +85,9 @@ def test_multi30k_recipe_in_miniature(shared_data: Path, tmp_path: Path, caplog)
     assert isinstance(model, VaswaniTransformerForConditionalGeneration)
     assert len(tokenizer) == model.config.vocab_size
     assert model.generation_config.max_length is None  # dev decoding left "input + 50" in place
+    # the saved model decodes as it was scored: the run's beam and the recipe's α, the paper's other settings
+    assert (model.generation_config.num_beams, model.generation_config.length_penalty) == (2, 1.0)
+    assert model.generation_config.early_stopping is True
     # the final model is the mean of the last 3 checkpoints (§6.1 checkpoint averaging)
     checkpoints = [run / f"checkpoint-{step}" for step in (8, 16, 24)]
     weights = [AutoModelForSeq2SeqLM.from_pretrained(c).lm_head.weight for c in checkpoints]

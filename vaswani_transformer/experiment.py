@@ -21,7 +21,13 @@ import transformers
 from datasets import Dataset, load_from_disk
 from huggingface_hub import get_token
 from huggingface_hub.utils import validate_repo_id
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, Seq2SeqTrainingArguments, TrainerCallback
+from transformers import (
+    GenerationConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Seq2SeqTrainingArguments,
+    TrainerCallback,
+)
 from transformers.integrations import is_tensorboard_available
 
 from .checkpoints import average_checkpoints, whole_checkpoints
@@ -177,8 +183,14 @@ class TrainOptions:
         default=False, metadata=_help("delete an earlier run in --output_dir first (else it needs --resume)")
     )
     # --- evaluation (§6.1 settings come from the model's generation config)
-    num_beams: int | None = field(default=None, metadata=_help("beam size (default: the model's, 4)"))
-    length_penalty: float | None = field(default=None, metadata=_help("GNMT α (default: the model's, 0.6)"))
+    num_beams: int | None = field(
+        default=None,
+        metadata=_help("beam size; above 1 kept in the final model's generation config (default: 4, §6.1)"),
+    )
+    length_penalty: float | None = field(
+        default=None,
+        metadata=_help("GNMT α, kept in the final model's generation config (default: 0.6, §6.1)"),
+    )
     eval_batch_size: int = field(default=128, metadata=_help("sentences per decoding batch"))
     split_compounds: bool = field(default=False, metadata=_help("WMT14 ##AT## compound splitting"))
     examples: list[str] = field(
@@ -635,14 +647,19 @@ def _check_final_model(options: TrainOptions, translations: list[str], advice: s
         logger.warning(f"warning: the final model looks collapsed ({symptom}); scoring it anyway, as asked")
 
 
-def _decoding_overrides(options: TrainOptions) -> dict[str, Any]:
-    """Only what the user changed: everything else comes from the model's generation config (§6.1)."""
+def keep_decoding_settings(options: TrainOptions, model_dir: Path) -> None:
+    """Write the run's beam settings (--length_penalty, e.g. a recipe's α tuned on dev, and a --num_beams above 1)
+    into the final model's generation config, so the saved model decodes as its scores were measured. --num_beams 1
+    scores greedily without taking the beam from the model (a greedy config cannot hold beam settings)."""
     overrides: dict[str, Any] = {}
-    if options.num_beams is not None:
-        overrides["num_beams"] = options.num_beams
     if options.length_penalty is not None:
         overrides["length_penalty"] = options.length_penalty
-    return overrides
+    if options.num_beams is not None and options.num_beams > 1:
+        overrides["num_beams"] = options.num_beams
+    if overrides:
+        generation_config = GenerationConfig.from_pretrained(model_dir)
+        generation_config.update(**overrides)
+        generation_config.save_pretrained(model_dir)
 
 
 def _score(
@@ -662,7 +679,8 @@ def _score(
         split_compounds=options.split_compounds,
         batch_size=options.eval_batch_size,
         show_progress=True,
-        **_decoding_overrides(options),
+        # --num_beams 1 is not in the model's config (keep_decoding_settings); the rest is
+        **({} if options.num_beams is None else {"num_beams": options.num_beams}),
     )
 
 
@@ -795,6 +813,7 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     tokenizer.save_pretrained(model_dir)
     _write_options(options, model_dir)
     _write_training_run(trainer, train_seconds, model_dir, options)
+    keep_decoding_settings(options, model_dir)
     plot_training_curve(trainer.state.log_history, model_dir / "training_curve.png", unigram_floor=floor)
     scores, dev_scores, examples = evaluate_final_model(options, model_dir, corpora, advice)
     hub_url = _push_final_model(options, model_dir) if options.push_to_hub is not None else None
