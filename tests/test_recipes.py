@@ -42,10 +42,10 @@ def test_flags_override_the_recipe_and_take_dashes_or_underscores() -> None:
         ["--recipe", "multi30k", "--max-steps", "7", "--preset", "small", "--no_health_checks"]
     )
     assert (options.max_steps, options.preset, options.health_checks) == (7, "small", False)
-    assert options.lowercase and options.vocab_size == 8000  # the rest is the recipe's
+    assert options.lowercase and options.vocab_size == 6000  # the rest is the recipe's
     # a short trial of a recipe trains; it only warns that there are fewer checkpoints than --average_last
     assert options.averaging_shortfall() == (
-        "warning: --average_last 5, but the run writes 1 checkpoint(s) (--max_steps 7, --save_steps 250): "
+        "warning: --average_last 10, but the run writes 1 checkpoint(s) (--max_steps 7, --save_steps 100): "
         "the final model averages those."
     )
 
