@@ -239,6 +239,38 @@ def test_a_run_folder_belongs_to_one_run(tmp_path: Path) -> None:
     assert (other / "thesis.tex").read_text() == "keep"
 
 
+def test_overwrite_deletes_only_what_a_run_wrote_and_only_after_the_corpora_load(tmp_path: Path) -> None:
+    """Issue 22's data loss: --overwrite deleted any folder that merely looked like a run, the user's own files
+    included, before the corpora were checked. Now a run folder holding anything else is refused, naming it, and
+    nothing is deleted when the corpora fail to load."""
+    common = {
+        **tatoeba_files(tmp_path, 150), "config_overrides": TINY, "vocab_size": 300, "max_tokens": 512,
+        "max_steps": 2, "warmup_steps": 1, "save_steps": 2, "average_last": 1, "num_beams": 1, "examples": [],
+        "overwrite": True,
+    }  # fmt: skip
+    mixed = tmp_path / "mixed"
+    (mixed / "tokenizer").mkdir(parents=True)
+    (mixed / "src").mkdir()
+    (mixed / "src" / "important.py").write_text("keep")
+    (mixed / "notes.txt").write_text("keep")
+    with pytest.raises(ValueError, match=r"files no run writes \(notes.txt, src\)"):
+        train_and_evaluate(TrainOptions(**common, output_dir=mixed))
+    assert (mixed / "src" / "important.py").read_text() == "keep" and (mixed / "tokenizer").is_dir()
+    run = tmp_path / "run"
+    (run / "checkpoint-900").mkdir(parents=True)
+    (run / "train_options.json").write_text("{}")
+    short_target = tmp_path / "short.de"  # one line fewer than the source: the corpora fail to load
+    lines = Path(common["train_target"]).read_text(encoding="utf-8").splitlines(keepends=True)
+    short_target.write_text("".join(lines[:-1]), encoding="utf-8")
+    with pytest.raises(ValueError, match="line counts differ"):
+        train_and_evaluate(TrainOptions(**{**common, "train_target": str(short_target)}, output_dir=run))
+    assert (run / "checkpoint-900").is_dir() and (run / "train_options.json").is_file()
+    train_and_evaluate(TrainOptions(**common, output_dir=run))
+    assert sorted(path.name for path in run.iterdir()) == [
+        "checkpoint-2", "final", "tokenized", "tokenizer", "train_options.json",
+    ]  # fmt: skip
+
+
 def write_lines(path: Path, lines: list[str]) -> str:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return str(path)

@@ -13,6 +13,7 @@ import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field, fields
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Literal
 
@@ -364,6 +365,12 @@ def check_inputs(options: TrainOptions) -> None:
         _check_output_dir(options)
 
 
+# What a run writes at the top of its --output_dir: the only entries --overwrite may delete.
+RUN_FILES = ("train_options.json",)
+RUN_FOLDERS = ("tokenizer", "tokenized", "final", "runs")  # runs/: TensorBoard's logs (--report_to)
+RUN_FOLDER_PATTERNS = ("checkpoint-*", "incomplete-checkpoint-*")
+
+
 def _is_run_folder(folder: Path) -> bool:
     """Whether a folder holds (part of) a run of this job: options, vocabulary or checkpoints."""
     return (
@@ -371,6 +378,31 @@ def _is_run_folder(folder: Path) -> bool:
         or (folder / "tokenizer").is_dir()
         or any(folder.glob("checkpoint-*"))
     )
+
+
+def _written_by_a_run(path: Path) -> bool:
+    if path.is_symlink():  # a link may lead out of the folder: never the run's own
+        return False
+    if path.is_file():
+        return path.name in RUN_FILES
+    return path.is_dir() and (
+        path.name in RUN_FOLDERS or any(fnmatch(path.name, pattern) for pattern in RUN_FOLDER_PATTERNS)
+    )
+
+
+def _not_written_by_a_run(folder: Path) -> list[str]:
+    """The names in a run folder that no run writes (the user's own files, for one)."""
+    return sorted(path.name for path in folder.iterdir() if not _written_by_a_run(path))
+
+
+def _delete_earlier_run(folder: Path) -> None:
+    """--overwrite: delete what a run wrote in `folder`, and nothing else (`_check_output_dir` refused the rest)."""
+    logger.info(f"--overwrite: deleting the earlier run in {folder}")
+    for path in sorted(folder.iterdir()):
+        if _written_by_a_run(path) and path.is_dir():
+            shutil.rmtree(path)
+        elif _written_by_a_run(path):
+            path.unlink()
 
 
 def _check_output_dir(options: TrainOptions) -> None:
@@ -386,6 +418,11 @@ def _check_output_dir(options: TrainOptions) -> None:
         raise ValueError(
             f"--output_dir {folder} already holds a run. Continue it with --resume, delete it first with "
             "--overwrite, or choose a new --output_dir."
+        )
+    if others := _not_written_by_a_run(folder):
+        raise ValueError(
+            f"--output_dir {folder} holds a run and files no run writes ({', '.join(others)}): --overwrite "
+            "deletes only a run's own files. Move those elsewhere, or choose a new --output_dir."
         )
 
 
@@ -779,10 +816,9 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     is_main_process = args.process_index == 0
     if is_main_process and (shortfall := options.averaging_shortfall()):
         logger.warning(shortfall)
+    corpora = load_corpora(options)  # read and checked before --overwrite deletes anything
     if options.overwrite and is_main_process and options.output_dir.is_dir():
-        logger.info(f"--overwrite: deleting the earlier run in {options.output_dir}")
-        shutil.rmtree(options.output_dir)
-    corpora = load_corpora(options)
+        _delete_earlier_run(options.output_dir)
     # local=False: on several machines, one process (on a shared --output_dir) writes what all of them read.
     with args.main_process_first(local=False, desc="joint BPE vocabulary"):
         tokenizer = _tokenizer_for(options, corpora.train, is_main_process)
