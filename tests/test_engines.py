@@ -298,3 +298,19 @@ def test_evaluate_records_engine_quantization_and_precision(
         ctranslate2_cache=tmp_path / "cache" if engine == "ctranslate2" else None,
     )
     assert hypotheses == load_engine(folder, options).translate(SENTENCES, num_beams=2, batch_size=2)
+
+
+@pytest.mark.parametrize("name", ["../../escape", "/tmp/escape", "sub/dir", "..", " "])
+def test_evaluate_names_are_file_names_never_paths(trained_run, tmp_path, name, capsys) -> None:
+    """Issue 22: `--name ../../escape` wrote two levels above the model folder, `--name sub/dir` decoded everything
+    and then crashed. A name that is not a plain file-name part exits 2 before anything is loaded or written."""
+    source, references = tmp_path / "test.en", tmp_path / "test.de"
+    source.write_text("I love you.\n")
+    references.write_text("Ich liebe dich.\n")
+    before = sorted(path.name for path in trained_run.model_dir.iterdir())
+    argv = [str(trained_run.model_dir), "--source", str(source), "--references", str(references)]
+    with pytest.raises(SystemExit) as stopped:
+        evaluate_cli.main([*argv, "--name", name])
+    assert stopped.value.code == 2 and "a name, not a path" in capsys.readouterr().err
+    assert sorted(path.name for path in trained_run.model_dir.iterdir()) == before
+    assert not list(tmp_path.rglob("*escape*")) and not Path("/tmp/escape_scores.json").exists()

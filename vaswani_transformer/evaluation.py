@@ -2,6 +2,8 @@
 
 import copy
 import json
+import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -196,16 +198,33 @@ def score_with_tokenizer(
     )
 
 
+def _write_text_atomically(path: Path, text: str) -> None:
+    """Write to a temporary name beside `path`, then rename: a failure leaves the earlier file whole."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
 def write_scores(folder: Path, hypotheses: Sequence[str], scores: dict, *, name: str = "") -> Path:
     """Write `{name}hypotheses.txt` and `{name}scores.json` into `folder`; returns the scores file."""
-    (folder / f"{name}hypotheses.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    _write_text_atomically(folder / f"{name}hypotheses.txt", "\n".join(hypotheses) + "\n")
     path = folder / f"{name}scores.json"
-    path.write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+    _write_text_atomically(path, json.dumps(scores, indent=2) + "\n")
     return path
 
 
+# An evaluation's name is part of a file name in the model folder, never a path out of it.
+EVALUATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
 def evaluation_prefix(name: str) -> str:
-    """The file-name prefix of a named evaluation: "wmt13" -> "wmt13_" (hypotheses.txt, scores.json after it)."""
+    """The file-name prefix of a named evaluation: "wmt13" -> "wmt13_" (hypotheses.txt, scores.json after it).
+    Raises ValueError for a name that is not a plain file-name part ("../x", "/abs", "sub/dir")."""
+    if name and not EVALUATION_NAME.fullmatch(name):
+        raise ValueError(
+            f"--name {name!r}: use letters, digits, '.', '_' and '-' only (a name, not a path): the evaluation's "
+            "files always go into the model folder."
+        )
     return f"{name}_" if name else ""
 
 

@@ -67,6 +67,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
     for path in (args.source, args.references, args.references_tokenized):
         if path is not None and not path.is_file():
             parser.error(f"{path}: no such file")
+    try:
+        evaluation_prefix(args.name)
+    except ValueError as error:
+        parser.error(str(error))
     return args, engine_options(parser, args)
 
 
