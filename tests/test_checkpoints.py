@@ -19,6 +19,7 @@ from vaswani_transformer.checkpoints import (
     find_checkpoints,
     whole_checkpoints,
 )
+from vaswani_transformer.cli import average as average_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRAINER_STATE_FILES = (
@@ -220,3 +221,44 @@ def test_incomplete_checkpoints_are_named_and_left_out(tmp_path: Path) -> None:
     assert whole_checkpoints(run)[0] == [whole]
     with pytest.raises(ValueError, match=r"has 1 \(left out: .*checkpoint-2/trainer_state.json is missing"):
         average_last(run, 2, tmp_path / "averaged")
+
+
+def test_averaging_into_a_scored_folder_drops_its_scores(tmp_path: Path) -> None:
+    """Issue 22: `vaswani-average RUN --output RUN/final` replaced the weights and kept the old scores.json and
+    hypotheses, so a later push published BLEU of another model. The scores go with the weights they measured."""
+    for step, fill in ((100, 1.0), (200, 3.0)):
+        write_checkpoint(tmp_path / "run", step, fill)
+    final = tmp_path / "run" / "final"
+    average_last(tmp_path / "run", 1, final)
+    for name in ("scores.json", "hypotheses.txt", "dev_scores.json", "val_hypotheses.txt"):
+        (final / name).write_text("of the old weights")
+    (final / "training_curve.png").write_bytes(b"the run's history")
+    average_last(tmp_path / "run", 2, final)
+    assert torch.equal(load_file(final / "model.safetensors")["layer.bias"], torch.full((3,), 2.0))
+    assert sorted(path.name for path in final.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "training_curve.png",
+    ]
+
+
+def test_a_failed_average_leaves_no_empty_folder_and_no_partial_weights(tmp_path: Path, monkeypatch) -> None:
+    write_checkpoint(tmp_path / "run", 100, 1.0)
+
+    def disk_full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("vaswani_transformer.checkpoints.save_file", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        average_last(tmp_path / "run", 1, tmp_path / "averaged")
+    assert not (tmp_path / "averaged").exists()
+
+
+def test_cli_errors_are_messages_with_exit_status_2(tmp_path: Path, capsys) -> None:
+    write_checkpoint(tmp_path, 100, 1.0)
+    with pytest.raises(SystemExit) as stopped:
+        average_cli.main([str(tmp_path), "--last", "0"])
+    assert stopped.value.code == 2 and "--last must be at least 1, got 0" in capsys.readouterr().err
+    assert average_cli.main([str(tmp_path), "--last", "5"]) == 2
+    assert "last 5 checkpoints but" in capsys.readouterr().err
+    assert not (tmp_path / "averaged").exists()

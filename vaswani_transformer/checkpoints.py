@@ -2,6 +2,7 @@
 telling whole checkpoints from ones a killed save left behind."""
 
 import json
+import os
 import re
 import shutil
 from collections.abc import Iterable, Sequence
@@ -18,6 +19,8 @@ TRAINER_STATE_NAME = (
 _CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
 # Weights (averaged separately) and Trainer resume state: everything else in a checkpoint is copied.
 _NOT_COPIED = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.pt", "*.pth", "trainer_state.json")
+# What an evaluation wrote about a folder's weights (vaswani-evaluate, the job's scoring): stale once they change.
+SCORE_FILES = ("scores.json", "*_scores.json", "hypotheses.txt", "*_hypotheses.txt")
 
 
 def find_checkpoints(run_dir: Path) -> list[Path]:
@@ -152,10 +155,30 @@ def average_checkpoints(checkpoint_dirs: Sequence[Path], output_dir: Path) -> Pa
     if any(output_dir.resolve() == path.resolve() for path in checkpoint_dirs):
         raise ValueError(f"output_dir {output_dir} must not be one of the averaged checkpoints")
     averaged = _mean_state_dict((str(path), _load_weights(path)) for path in checkpoint_dirs)
+    created = not output_dir.exists()
     output_dir.mkdir(parents=True, exist_ok=True)
-    save_file(averaged, output_dir / WEIGHTS_NAME, metadata={"format": "pt"})
-    _copy_model_files(checkpoint_dirs[-1], output_dir)
+    try:
+        _drop_scores(output_dir)  # they describe the weights about to be replaced
+        temporary = output_dir / f".{WEIGHTS_NAME}.tmp"
+        save_file(averaged, temporary, metadata={"format": "pt"})
+        os.replace(temporary, output_dir / WEIGHTS_NAME)
+        _copy_model_files(checkpoint_dirs[-1], output_dir)
+    except (
+        OSError
+    ):  # a full disk, a read-only folder: leave no half-written weights and no empty folder behind
+        (output_dir / f".{WEIGHTS_NAME}.tmp").unlink(missing_ok=True)
+        if created:
+            shutil.rmtree(output_dir, ignore_errors=True)
+        raise
     return output_dir
+
+
+def _drop_scores(folder: Path) -> None:
+    """Delete an earlier evaluation's scores and hypotheses from a folder whose weights are being replaced, so
+    no scores.json (the model card's BLEU) ever sits beside weights it was not measured on."""
+    for path in folder.iterdir():
+        if path.is_file() and any(fnmatch(path.name, pattern) for pattern in SCORE_FILES):
+            path.unlink()
 
 
 def average_last(run_dir: Path, n: int, output_dir: Path) -> Path:

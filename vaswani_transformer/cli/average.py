@@ -18,14 +18,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("run_dir", type=Path, help="Trainer output_dir holding checkpoint-<step> folders")
     parser.add_argument("--last", type=int, default=5, help="how many of the latest checkpoints to average")
     parser.add_argument("--output", type=Path, default=None, help="output folder (default: RUN_DIR/averaged)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.last < 1:
+        parser.error(f"--last must be at least 1, got {args.last}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Average the checkpoints and print where the averaged model was written; returns the exit status."""
+    """Average the checkpoints and print where the averaged model was written; returns the exit status (2: bad
+    arguments or a folder that cannot be read or written, with a message)."""
     args = parse_args(argv)
     output_dir = args.output if args.output is not None else args.run_dir / "averaged"
-    print(average_last(args.run_dir, args.last, output_dir))
+    try:
+        print(average_last(args.run_dir, args.last, output_dir))
+    except (OSError, ValueError) as error:  # --last 0, too few checkpoints, a full disk, a read-only folder
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 
