@@ -83,6 +83,13 @@ def test_a_recipe_with_an_unknown_setting_is_refused(tmp_path: Path) -> None:
         (["--lr_scale", "-1"], "--lr_scale must be positive"),
         (["--dropout", "0.3", "--config_overrides", '{"dropout": 0.1}'], "dropout is given twice"),
         (["--config_overrides", '{"init_scheme": "he"}'], "init_scheme must be one of"),
+        (
+            ["--config_overrides", '{"init_schem": "xavier"}'],
+            "'init_schem' is not a key of the model's config. Did you mean 'init_scheme'?",
+        ),
+        (["--config_overrides", '{"nope": 1}'], "'nope' is not a key of the model's config."),
+        (["--config_overrides", '{"d_model": "big"}'], "Field 'd_model' expected int, got str"),
+        (["--config_overrides", '{"vocab_size": 5}'], "cannot set vocab_size"),
         (["--final_model", "best", "--eval_steps", "0"], "--final_model best needs dev evaluations"),
         (["--dev_size", "0", "--eval_steps", "100"], "--eval_steps needs a dev set"),
         (["--train_source", "x.en", "--train_target", "x.de"], "--test_source is required"),

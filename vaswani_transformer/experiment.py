@@ -5,6 +5,7 @@ also `--max-steps`) and its key in a recipe file (`recipes/*.yaml`). The field d
 model on WMT14 (§5); a recipe replaces those defaults for one job, and flags override the recipe.
 """
 
+import difflib
 import hashlib
 import json
 import logging
@@ -21,6 +22,7 @@ import torch
 import transformers
 from datasets import Dataset, load_from_disk
 from huggingface_hub import get_token
+from huggingface_hub.errors import StrictDataclassError
 from huggingface_hub.utils import validate_repo_id
 from transformers import (
     GenerationConfig,
@@ -217,6 +219,7 @@ class TrainOptions:
                 setattr(self, name, value.replace("{data_dir}", str(self.data_dir)))
         self._check_numbers()
         self._check_combinations()
+        self._check_config_overrides()
 
     @classmethod
     def from_recipe(cls, name: str, **overrides: Any) -> "TrainOptions":
@@ -291,12 +294,34 @@ class TrainOptions:
             f"(--max_steps {self.max_steps}, --save_steps {self.save_steps}): the final model averages those."
         )
 
+    def _check_config_overrides(self) -> None:
+        """--config_overrides names config keys (a typo is an error with a did-you-mean, never silently kept),
+        and not the vocabulary size, which the job sets from its BPE (--vocab_size)."""
+        known = {option.name for option in fields(VaswaniTransformerConfig)}
+        known |= set(VaswaniTransformerConfig.attribute_map)
+        for key in self.config_overrides:
+            if key == "vocab_size":
+                raise ValueError(
+                    "--config_overrides cannot set vocab_size: the vocabulary is trained to --vocab_size and the "
+                    "model takes its size from it. Use --vocab_size."
+                )
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"--config_overrides: {key!r} is not a key of the model's config.{hint}")
+
     def model_config(self) -> VaswaniTransformerConfig:
-        """The model's config: the preset with --dropout and --config_overrides (raises on bad values)."""
+        """The model's config: the preset with --dropout and --config_overrides (raises ValueError on bad values)."""
         overrides = dict(self.config_overrides)
         if self.dropout is not None:
             overrides["dropout"] = self.dropout
-        return VaswaniTransformerConfig.from_preset(self.preset, vocab_size=self.vocab_size, **overrides)
+        try:
+            return VaswaniTransformerConfig.from_preset(self.preset, vocab_size=self.vocab_size, **overrides)
+        except (
+            StrictDataclassError,
+            TypeError,
+        ) as error:  # a value of the wrong type: huggingface_hub's check
+            raise ValueError(f"--config_overrides: {error}") from error
 
 
 def option_names() -> set[str]:
