@@ -99,6 +99,8 @@ def test_a_recipe_with_an_unknown_setting_is_refused(tmp_path: Path) -> None:
         (["--max_test_sentences", "0"], "--max_test_sentences must be at least 1 (or left out), got 0"),
         (["--vocab_size", "-1"], "--vocab_size must be at least 1"),
         (["--max_length", "0"], "--max_length must be at least 1"),
+        (["--seed", "-1"], "--seed must be between 0 and 4294967295, got -1"),
+        (["--seed", "8589934592"], "--seed must be between 0 and 4294967295, got 8589934592"),
         (["--resume", "--overwrite"], "--resume continues the run in --output_dir, --overwrite deletes it"),
         (["--test_references_tokenized", "refs.tok"], "--test_references_tokenized needs the --test_source"),
     ],
@@ -112,3 +114,16 @@ def test_missing_recipe_data_names_the_file_and_data_dir(tmp_path: Path, capsys)
     assert main(["--recipe", "multi30k", "--data_dir", str(tmp_path)]) == 2
     error = capsys.readouterr().err
     assert f"--train_source {tmp_path}/multi30k/train.en: no such file" in error and "--data_dir" in error
+
+
+def test_a_folder_given_as_a_corpus_file_is_named_as_a_folder(tmp_path: Path, capsys) -> None:
+    """Issue 22: a directory as --train_source was reported as "no such file"."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("train.de", "test.en", "test.de"):
+        (tmp_path / name).write_text("Hallo.\n")
+    arguments = ["--train_source", str(corpus), "--train_target", str(tmp_path / "train.de")]
+    arguments += ["--test_source", str(tmp_path / "test.en"), "--test_target", str(tmp_path / "test.de")]
+    assert main([*arguments, "--output_dir", str(tmp_path / "run")]) == 2
+    assert f"--train_source {corpus} is a folder: give the file inside it." in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

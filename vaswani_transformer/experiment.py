@@ -251,6 +251,8 @@ class TrainOptions:
                 raise ValueError(f"--{name} must be at least 1 (or left out), got {getattr(self, name)}.")
         if not self.lr_scale > 0:
             raise ValueError(f"--lr_scale must be positive, got {self.lr_scale}.")
+        if not 0 <= self.seed < 2**32:  # numpy's seed range: known now, not after the vocabulary is written
+            raise ValueError(f"--seed must be between 0 and {2**32 - 1}, got {self.seed}.")
 
     def _check_combinations(self) -> None:
         """Settings that only make sense together."""
@@ -383,6 +385,8 @@ def check_inputs(options: TrainOptions) -> None:
         if value is not None and _is_local_path(value) and not Path(value).expanduser().exists():
             hint = " (recipe paths start at --data_dir)" if options.recipe else ""
             raise FileNotFoundError(f"--{name} {value}: no such file{hint}.")
+        if value is not None and Path(value).expanduser().is_dir():
+            raise ValueError(f"--{name} {value} is a folder: give the file inside it.")
     _check_text_pairs(options)
     options.model_config()
     _check_sharing(options)
