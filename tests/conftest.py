@@ -177,6 +177,36 @@ class TrainedRun:
     output_dir: Path
 
 
+# Sentences of different lengths for comparing decoders (export, engines) output for output.
+SENTENCES = [
+    "I love you.",
+    "Where is the train station?",
+    "Tom is reading a book in the garden.",
+    "No.",
+    "We have to leave before it starts raining, or we will get wet.",
+]
+
+
+def save_random_model(trained_dir: Path, folder: Path, **config_overrides: object) -> Path:
+    """A trained miniature's architecture and tokenizer with large random weights and every LayerNorm and bias
+    perturbed, saved into `folder`: its translations differ per sentence and are not empty (the trained
+    miniature's are), so equal outputs of two decoders mean something, and mix-ups (gamma for beta, fc1 for fc2,
+    K for V) change the numbers."""
+    from vaswani_transformer.evaluation import load_for_decoding
+
+    trained, tokenizer = load_for_decoding(trained_dir, device="cpu")
+    torch.manual_seed(0)
+    config = trained.config.__class__(**{**trained.config.to_dict(), "init_std": 0.5, **config_overrides})
+    model = VaswaniTransformerForConditionalGeneration(config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" in name or "bias" in name:
+                parameter.add_(0.3 * torch.randn_like(parameter))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
     """The main job (recipe tatoeba, embedded corpus) in miniature, run with --push_to_hub against a FakeHub and

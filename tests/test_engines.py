@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import SENTENCES, save_random_model
 
-from vaswani_transformer import VaswaniTransformerForConditionalGeneration, engines, export, precision
+from vaswani_transformer import engines, export, precision
 from vaswani_transformer.cli import evaluate as evaluate_cli
 from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.engines import EngineOptions, load_engine
@@ -19,33 +20,12 @@ from vaswani_transformer.evaluation import load_for_decoding
 from vaswani_transformer.export import CACHE_RECORD, CTranslate2Translator, cached_export, to_ctranslate2
 from vaswani_transformer.quantization import int8_linear_layers, quantize_int8
 
-SENTENCES = [
-    "I love you.",
-    "Where is the train station?",
-    "Tom is reading a book in the garden.",
-    "No.",
-    "We have to leave before it starts raining, or we will get wet.",
-]
-
 
 @pytest.fixture(scope="module")
 def model_dir(trained_run, tmp_path_factory) -> Path:
-    """The miniature's architecture and tokenizer with large random weights, LayerNorms and biases: its
-    translations differ per sentence and are not empty (the trained miniature's are), so equal outputs mean
-    something."""
-    trained, tokenizer = load_for_decoding(trained_run.model_dir, device="cpu")
-    torch.manual_seed(0)
-    model = VaswaniTransformerForConditionalGeneration(
-        trained.config.__class__(**{**trained.config.to_dict(), "init_std": 0.5})
-    )
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" in name or "bias" in name:
-                parameter.add_(0.3 * torch.randn_like(parameter))
-    folder = tmp_path_factory.mktemp("engines") / "model"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    """Random weights on the miniature's architecture (conftest.save_random_model): distinct, non-empty
+    translations, so equal outputs mean something."""
+    return save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("engines") / "model")
 
 
 @pytest.fixture

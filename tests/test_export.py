@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import SENTENCES, save_random_model, tiny_config
 
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.cli import export as export_cli
@@ -13,35 +13,18 @@ from vaswani_transformer.evaluation import load_for_decoding
 from vaswani_transformer.export import DECODING_FILE, CTranslate2Translator, check_exportable, to_ctranslate2
 from vaswani_transformer.translate import translate
 
-SENTENCES = [
-    "I love you.",
-    "Where is the train station?",
-    "Tom is reading a book in the garden.",
-    "No.",
-    "We have to leave before it starts raining, or we will get wet.",
-]
-
 
 @pytest.fixture(scope="module")
 def random_model_dirs(trained_run, tmp_path_factory) -> dict[str, Path]:
-    """The miniature's architecture and tokenizer with large random weights and every LayerNorm and bias
-    perturbed: its greedy outputs differ per sentence (the trained miniature's are empty), and a mix-up in the
-    export (gamma for beta, fc1 for fc2, K for V) changes the numbers. Also with learned positions (Table 3,
-    row E), where the encoder and the decoder have tables of their own."""
-    trained, tokenizer = load_for_decoding(trained_run.model_dir, device="cpu")
-    folders = {}
-    for which, overrides in (("random", {}), ("learned positions", {"position_embedding_type": "learned"})):
-        torch.manual_seed(0)
-        config = trained.config.__class__(**{**trained.config.to_dict(), "init_std": 0.5, **overrides})
-        model = VaswaniTransformerForConditionalGeneration(config)
-        with torch.no_grad():
-            for name, parameter in model.named_parameters():
-                if "norm" in name or "bias" in name:
-                    parameter.add_(0.3 * torch.randn_like(parameter))
-        folders[which] = tmp_path_factory.mktemp("random")
-        model.save_pretrained(folders[which])
-        tokenizer.save_pretrained(folders[which])
-    return folders
+    """Random weights on the miniature's architecture (conftest.save_random_model), also with learned positions
+    (Table 3, row E), where the encoder and the decoder have tables of their own."""
+    return {
+        which: save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("random"), **overrides)
+        for which, overrides in (
+            ("random", {}),
+            ("learned positions", {"position_embedding_type": "learned"}),
+        )
+    }
 
 
 def forced_log_probs(model, tokenizer, source: str, target_ids: list[int]) -> torch.Tensor:
