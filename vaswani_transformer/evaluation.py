@@ -22,7 +22,6 @@ from .monitoring import translation_shares
 from .precision import decoding_precision
 from .quantization import INT8_DESCRIPTION, int8_linear_layers
 from .tokenization import lowercases
-from .translate import translate
 
 if TYPE_CHECKING:  # engines.py builds on this module
     from .engines import Engine
@@ -136,8 +135,7 @@ def decoding_settings(
 
 
 def translate_and_score(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    engine: "Engine",
     sources: Sequence[str],
     references: Sequence[str],
     *,
@@ -146,29 +144,23 @@ def translate_and_score(
     split_compounds: bool = False,
     batch_size: int = 128,
     show_progress: bool = False,
-    dtype: torch.dtype | None = None,
     **generate_overrides: Any,
 ) -> tuple[list[str], dict]:
-    """Translate `sources` (the model's decoding settings, with overrides; `translate`'s precision unless
-    `dtype`) and score them against references (`score_with_tokenizer`)."""
-    hypotheses = translate(
-        sources,
-        model,
-        tokenizer,
-        batch_size=batch_size,
-        show_progress=show_progress,
-        dtype=dtype,
-        **generate_overrides,
+    """Translate `sources` with `engine` (an `engines.load_engine` engine, or `engines.TorchEngine` around a
+    loaded model: its decoding settings with overrides, in its precision) and score them against references
+    (`score_with_tokenizer`), with the engine's decoding record as scores["decoding"]."""
+    hypotheses = engine.translate(
+        sources, batch_size=batch_size, show_progress=show_progress, **generate_overrides
     )
     scores = score_with_tokenizer(
         hypotheses,
         references,
-        tokenizer,
+        engine.tokenizer,
         target_lang=target_lang,
         references_tokenized=references_tokenized,
         split_compounds=split_compounds,
     )
-    scores["decoding"] = decoding_settings(model, dtype, **generate_overrides)
+    scores["decoding"] = engine.decoding_settings(**generate_overrides)
     return hypotheses, scores
 
 
@@ -267,18 +259,17 @@ def evaluate_model(
     before decoding). `generate_overrides` change the model's decoding (num_beams, length_penalty).
     """
     scores_file(model_dir, name, overwrite=overwrite)
-    hypotheses = engine.translate(
-        sources, batch_size=batch_size, show_progress=show_progress, **generate_overrides
-    )
-    scores = score_with_tokenizer(
-        hypotheses,
+    hypotheses, scores = translate_and_score(
+        engine,
+        sources,
         references,
-        engine.tokenizer,
         target_lang=target_lang,
         references_tokenized=references_tokenized,
         split_compounds=split_compounds,
+        batch_size=batch_size,
+        show_progress=show_progress,
+        **generate_overrides,
     )
-    scores["decoding"] = engine.decoding_settings(**generate_overrides)
     write_scores(Path(model_dir), hypotheses, scores, name=evaluation_prefix(name))
     return scores
 

@@ -46,6 +46,7 @@ from .data import (
     tokenize_parallel,
     train_test_split_fixed,
 )
+from .engines import TorchEngine
 from .evaluation import dev_metrics, load_for_decoding, translate_and_score, write_scores
 from .hub import push_to_hub
 from .modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
@@ -736,8 +737,7 @@ def _score(
     references_tokenized: list[str] | None = None,
 ) -> tuple[list[str], dict]:
     return translate_and_score(
-        model,
-        tokenizer,
+        TorchEngine(model, tokenizer),
         list(pairs["source"]),
         list(pairs["target"]),
         target_lang=options.target_lang,
