@@ -429,9 +429,11 @@ def _delete_earlier_run(folder: Path) -> None:
     """--overwrite: delete what a run wrote in `folder`, and nothing else (`_check_output_dir` refused the rest)."""
     logger.info(f"--overwrite: deleting the earlier run in {folder}")
     for path in sorted(folder.iterdir()):
-        if _written_by_a_run(path) and path.is_dir():
+        if not _written_by_a_run(path):
+            continue
+        if path.is_dir():
             shutil.rmtree(path)
-        elif _written_by_a_run(path):
+        else:
             path.unlink()
 
 
