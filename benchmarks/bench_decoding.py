@@ -14,7 +14,7 @@ precision, float32, bfloat16 weights, int8 linear layers, and with --ctranslate2
 int8) and its MarianMTModel copies translate the --recipe's test split (or --source) with the model's decoding
 settings in the same length-sorted batches; with references, each one's sacreBLEU and tokenised BLEU. Marian's
 length penalty (and CTranslate2's) is |Y|^α, ours GNMT, so their outputs can differ slightly.
-Precision: ours decodes as the package does by default (--dtype auto: on a CPU with native bfloat16, float32 weights
+Precision: ours decodes as the package does by default (--dtype auto: on a CPU where bfloat16 is faster, float32 weights
 under bf16 autocast; on a GPU, bfloat16 weights); MarianMTModel decodes in float32 (what its users get by default)
 and in ours's precision (like for like). The machine's own float32 and bfloat16 matrix-product peaks are measured
 first, and each run's FLOP/s (matrix products counted by torch's FlopCounterMode on one run) is given as a share of

@@ -8,7 +8,7 @@
     Both models get identical shapes (layers, d_model, d_ff, heads, one tied vocabulary, ReLU, scaled embeddings),
     the same random batch of --batch sentences × --length source and --length target tokens, the §5.4
     label-smoothed loss and §5.3 Adam; one step is forward, backward and update. Ours steps in --dtype (auto: the
-    package's default on this device, bf16 autocast where it is native) and in float32; MarianMTModel in float32
+    package's default on this device, bf16 autocast where it is faster) and in float32; MarianMTModel in float32
     (what its users get by default) and in --dtype (like for like). The runs take turns; figures are medians of
     --repeats. MFU = training FLOPs per step / step time / the measured peak of the step's precision, counting 2
     FLOPs per multiply-add of every matrix product (projections, attention scores and weighted sums, the softmax

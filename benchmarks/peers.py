@@ -10,7 +10,7 @@ import torch
 from transformers import MarianConfig, MarianMTModel
 
 from vaswani_transformer import VaswaniTransformerConfig
-from vaswani_transformer.precision import computes_bf16_natively
+from vaswani_transformer.precision import bf16_is_faster
 
 
 def marian_twin(config: VaswaniTransformerConfig) -> MarianMTModel:
@@ -45,14 +45,14 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         choices=["auto", "float32", "bfloat16"],
         help="our model's precision (auto: the package's default there, bfloat16 where the device computes it "
-        "natively); MarianMTModel runs in float32 (its users' default) and in this precision (like for like)",
+        "faster); MarianMTModel runs in float32 (its users' default) and in this precision (like for like)",
     )
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
     """--dtype as a torch dtype; "auto" is what the package picks on `device` (precision.py)."""
     if dtype == "auto":
-        return torch.bfloat16 if computes_bf16_natively(device) else torch.float32
+        return torch.bfloat16 if bf16_is_faster(device) else torch.float32
     return getattr(torch, dtype)
 
 

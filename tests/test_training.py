@@ -171,9 +171,9 @@ def test_mixed_precision_follows_the_launcher_unless_the_flag_names_one(
     expected: str,
 ) -> None:
     """`accelerate launch --mixed_precision X` reaches the Trainer's accelerator (bf16 is not hard-set over it);
-    --mixed_precision other than auto wins; with neither, a CPU trains in bf16 when it computes bf16 natively
-    (torch's capability check, patched here both ways) and in fp32 when it does not."""
-    monkeypatch.setattr(precision, "cpu_computes_bf16", lambda: native_bf16)
+    --mixed_precision other than auto wins; with neither, a CPU trains in bf16 when it computes bf16 faster
+    (`precision.cpu_bf16_is_faster`, patched here both ways) and in fp32 when it does not."""
+    monkeypatch.setattr(precision, "cpu_bf16_is_faster", lambda: native_bf16)
     if launcher is None:
         monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
     else:

@@ -32,13 +32,13 @@ def test_pipeline_gives_the_translations_of_translate(trained_run, loaded) -> No
 
 
 @pytest.mark.parametrize("native_bf16", [True, False])
-def test_float32_weights_decode_in_bf16_where_the_cpu_computes_it_natively(
+def test_float32_weights_decode_in_bf16_where_the_cpu_computes_it_faster(
     loaded, monkeypatch, native_bf16: bool
 ) -> None:
-    """translate() and the pipeline compute in bfloat16 (autocast over the float32 weights) on a CPU with native
-    bf16 (torch's capability check, patched both ways), in float32 on one without; dtype=float32 keeps float32, and
+    """translate() and the pipeline compute in bfloat16 (autocast over the float32 weights) on a CPU where bf16 is
+    faster (`precision.cpu_bf16_is_faster`, patched both ways), in float32 on one where it is not; dtype=float32 keeps float32, and
     scores.json's record says what was used."""
-    monkeypatch.setattr(precision, "cpu_computes_bf16", lambda: native_bf16)
+    monkeypatch.setattr(precision, "cpu_bf16_is_faster", lambda: native_bf16)
     model, tokenizer = loaded
     assert model.dtype == torch.float32
     expected = torch.bfloat16 if native_bf16 else torch.float32

@@ -1,7 +1,7 @@
 """Decoding engines behind `vaswani-translate` and `vaswani-evaluate`: PyTorch, or the model's CTranslate2 export.
 
 - torch: `translate.translate` on the model, in the precision `--dtype` names (auto: bfloat16 weights on a GPU
-  that has it; float32 weights on a CPU, computed in bfloat16 autocast where the CPU multiplies it natively,
+  that has it; float32 weights on a CPU, computed in bfloat16 autocast where the CPU multiplies it faster,
   `precision.decoding_precision`); `--quantize int8` gives the encoder's and decoder's linear layers dynamic
   int8 (`quantization.quantize_int8`, torchao).
 - ctranslate2: the model converted to CTranslate2 on first use and kept in a cache folder per model content

@@ -73,7 +73,7 @@ def check_model_name(name: str | Path) -> str:
 
 def decoding_dtype(device: str) -> torch.dtype:
     """The weights' dtype for decoding: bfloat16 on a GPU that computes in it (twice the decoding speed, half the
-    memory), float32 elsewhere (where `translate` computes in bfloat16 by autocast if the CPU has it natively)."""
+    memory), float32 elsewhere (where `translate` computes in bfloat16 by autocast if the CPU computes it faster)."""
     return torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
 
 

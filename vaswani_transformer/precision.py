@@ -1,53 +1,102 @@
-"""Which precision a device computes fastest: bfloat16 where it multiplies bfloat16 natively, float32 elsewhere.
+"""Which precision a device computes fastest: bfloat16 where it multiplies bfloat16 faster than float32, float32
+elsewhere.
 
 One place for training (`training.mixed_precision_arguments`: bf16 autocast) and decoding (`translate.translate`
-and the pipeline: bf16 autocast over float32 weights). A CPU computes bfloat16 natively with AVX512-BF16 (AMD
-Zen 4 and later, Intel Cooper Lake) or AMX (Intel Sapphire Rapids and later); there matrix products run about 4x
-faster than in float32 (benchmarks/RESULTS.md). Without them torch emulates bfloat16 through float32, slower than
-float32 itself, so such CPUs keep float32. Shipped beside translate.py as remote code: it imports only torch.
+and the pipeline: bf16 autocast over float32 weights). On a CPU the instruction set alone does not say: with
+AVX512-BF16 an AMD EPYC (Zen 4) multiplies bfloat16 4x faster than float32, while an Intel Xeon whose AMX tiles
+are hidden by its hypervisor has AVX512-BF16 too and multiplies bfloat16 at half float32's speed
+(benchmarks/RESULTS.md). So a CPU with the instructions is measured once per process (a few milliseconds of
+matrix products) and gets bfloat16 only where it is clearly faster; a CPU without them would convert bfloat16
+through float32 and keeps float32 unmeasured. Shipped beside translate.py as remote code: it imports only torch.
 """
 
 import contextlib
+import functools
+import time
 
 import torch
 
-
-def cpu_computes_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively: AVX512-BF16 or AMX tiles, by torch.cpu's own checks
-    (cpuinfo's reading of the processor's feature flags)."""
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+# bf16 autocast adds casts around every product, so it must win the products by a clear margin to pay; the CPUs
+# measured so far are far from this line on either side (0.5x and 4x).
+BF16_MIN_SPEEDUP = 1.5
 
 
-def computes_bf16_natively(device: torch.device | str) -> bool:
+def cpu_bf16_instructions() -> str | None:
+    """The bfloat16 instructions this CPU has by torch.cpu's own checks (cpuinfo's reading of its feature
+    flags): "AMX", "AVX512-BF16", or None."""
+    if torch.cpu._is_amx_tile_supported():
+        return "AMX"
+    if torch.cpu._is_avx512_bf16_supported():
+        return "AVX512-BF16"
+    return None
+
+
+def _best_product_seconds(
+    operands: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]], rounds: int
+) -> dict[torch.dtype, float]:
+    """The fastest of `rounds` products per dtype, dtypes taking turns so that a change of load hits both."""
+    best = dict.fromkeys(operands, float("inf"))
+    for round_ in range(rounds + 1):  # round 0 warms the kernels up and is not counted
+        for dtype, (a, b) in operands.items():
+            start = time.perf_counter()
+            torch.mm(a, b)
+            elapsed = time.perf_counter() - start
+            if round_:
+                best[dtype] = min(best[dtype], elapsed)
+    return best
+
+
+@functools.cache
+def cpu_bf16_speedup(size: int = 512, rounds: int = 7) -> float:
+    """How many times faster this CPU multiplies bfloat16 than float32 matrices (size × size products, best of
+    `rounds`, with this process's threads), measured once per process in a few milliseconds. Uses its own random
+    generator and no autocast, so it changes no global state."""
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(size, size, generator=generator) for _ in range(2))
+    operands = {torch.float32: (a, b), torch.bfloat16: (a.bfloat16(), b.bfloat16())}
+    with torch.inference_mode(), torch.autocast("cpu", enabled=False):
+        best = _best_product_seconds(operands, rounds)
+    return best[torch.float32] / best[torch.bfloat16]
+
+
+def cpu_bf16_is_faster() -> bool:
+    """Whether this CPU computes bfloat16 clearly faster than float32: it has the instructions and its measured
+    products are at least BF16_MIN_SPEEDUP times float32's."""
+    return cpu_bf16_instructions() is not None and cpu_bf16_speedup() >= BF16_MIN_SPEEDUP
+
+
+def bf16_is_faster(device: torch.device | str) -> bool:
     """Whether `device` computes bfloat16 faster than float32: a CUDA GPU that supports it, or such a CPU."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return device.type == "cpu" and cpu_computes_bf16()
+    return device.type == "cpu" and cpu_bf16_is_faster()
 
 
 def bf16_reason(device: torch.device | str) -> str:
     """Why `device` does or does not get bfloat16, in words for logs, scores and model cards."""
     device = torch.device(device)
     if device.type == "cuda":
-        return f"the GPU {'supports' if computes_bf16_natively(device) else 'lacks'} bfloat16"
+        return f"the GPU {'supports' if bf16_is_faster(device) else 'lacks'} bfloat16"
     if device.type != "cpu":
         return f"{device.type}: float32"
-    if torch.cpu._is_amx_tile_supported():
-        return "the CPU computes bfloat16 natively (AMX)"
-    if torch.cpu._is_avx512_bf16_supported():
-        return "the CPU computes bfloat16 natively (AVX512-BF16)"
-    return "the CPU has no native bfloat16 (no AVX512-BF16 or AMX), where it would be slower than float32"
+    instructions = cpu_bf16_instructions()
+    if instructions is None:
+        return "the CPU has no native bfloat16 (no AVX512-BF16 or AMX), where it would be slower than float32"
+    speedup = f"{cpu_bf16_speedup():.1f}x float32's speed in matrix products (measured)"
+    if cpu_bf16_is_faster():
+        return f"the CPU computes bfloat16 natively ({instructions}) at {speedup}"
+    return f"the CPU has {instructions} but computes bfloat16 at {speedup}, so float32 is faster"
 
 
 def decoding_precision(
     weights: torch.dtype, device: torch.device | str, dtype: torch.dtype | None = None
 ) -> torch.dtype:
     """The dtype decoding computes in: `dtype` when given, else bfloat16 for float32 weights on a device that
-    computes it natively (autocast; within 0.1 BLEU of float32, benchmarks/RESULTS.md), else the weights' own."""
+    computes it faster (autocast; within 0.1 BLEU of float32, benchmarks/RESULTS.md), else the weights' own."""
     if dtype is not None:
         return dtype
-    if weights == torch.float32 and computes_bf16_natively(device):
+    if weights == torch.float32 and bf16_is_faster(device):
         return torch.bfloat16
     return weights
 

@@ -24,7 +24,7 @@ from transformers.trainer_callback import PrinterCallback
 
 from .data import PaddedPairBatches, TokenBudgetBatchSampler, already_collated
 from .monitoring import TrainingProgress
-from .precision import bf16_reason, computes_bf16_natively
+from .precision import bf16_is_faster, bf16_reason
 
 # §5.3 Optimizer: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9 (AdamW with no weight decay is exactly Adam).
 ADAM_BETAS = (0.9, 0.98)
@@ -48,9 +48,9 @@ def training_device() -> str:
 
 
 def bf16_available() -> bool:
-    """Whether this machine trains faster in bfloat16: its training device computes it natively (a CUDA GPU that
-    supports it, or a CPU with AVX512-BF16 or AMX; `precision.computes_bf16_natively`)."""
-    return computes_bf16_natively(training_device())
+    """Whether this machine trains faster in bfloat16: its training device computes it faster than float32 (a CUDA
+    GPU that supports it, or a CPU whose bfloat16 products measure clearly faster; `precision.bf16_is_faster`)."""
+    return bf16_is_faster(training_device())
 
 
 def auto_precision_reason() -> str:
@@ -63,7 +63,7 @@ MIXED_PRECISIONS = ("auto", "no", "fp16", "bf16")
 
 def mixed_precision_arguments(mixed_precision: str = "auto") -> dict[str, bool]:
     """TrainingArguments' bf16/fp16 for a mixed precision; "auto" follows the launcher, else bf16 where the
-    device computes it natively (`bf16_available`: GPUs with it, CPUs with AVX512-BF16 or AMX), else fp32.
+    device computes it faster (`bf16_available`: GPUs with it, CPUs whose bf16 products measure faster), else fp32.
 
     `accelerate launch` passes its choice (flag or config file) as ACCELERATE_MIXED_PRECISION, which the Trainer's
     Accelerator reads when bf16 and fp16 are both off. A choice other than "auto" replaces the launcher's in this

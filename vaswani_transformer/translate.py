@@ -3,7 +3,7 @@
 transformers v5 has no `translation` pipeline; `VaswaniTranslationPipeline` is registered as
 "vaswani-translation" (by `import vaswani_transformer`) and travels with pushed models as remote code, so
 `pipeline("vaswani-translation", model=..., trust_remote_code=True)` works without this package installed.
-Both decode float32 weights in bfloat16 (autocast) on a device that computes it natively (`precision`); pass
+Both decode float32 weights in bfloat16 (autocast) on a device that computes it faster than float32 (`precision`); pass
 `dtype=torch.float32` (the pipeline: `decoding_dtype=torch.float32`) to keep float32. This file is shipped as remote
 code with precision.py: it imports only torch, tqdm, transformers and that file.
 """
@@ -44,7 +44,7 @@ def translate(
     Decoding uses the model's generation config (for this package: beam 4, GNMT length penalty α = 0.6,
     output limit = source length + 50, §6.1) unless `generate_kwargs` override it. It computes in `dtype`, by
     default `precision.decoding_precision`'s: bfloat16 autocast for float32 weights on a CPU or GPU that computes
-    bfloat16 natively, else the weights' dtype; `dtype=torch.float32` keeps float32 weights in float32.
+    bfloat16 faster, else the weights' dtype; `dtype=torch.float32` keeps float32 weights in float32.
     """
     if not texts:
         return []

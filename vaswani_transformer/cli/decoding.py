@@ -17,12 +17,12 @@ QUANTIZE_HELP = (
     "With --engine torch (CPU only): dynamic int8 in the encoder's and decoder's linear layers through torchao "
     "(pip install 'vaswani_transformer[int8]'); embeddings and the output projection, which shares their "
     "table, stay unquantized. Eager torchao int8 pays off in large layers; for small models it is slower "
-    "than the bfloat16 autocast that auto gives on CPUs that have it (benchmarks/bench_decoding.py --model)"
+    "than the bfloat16 autocast that auto gives on CPUs where it is faster (benchmarks/bench_decoding.py --model)"
 )
 DTYPE_HELP = (
     "auto (default): on a GPU, bfloat16 weights where it supports them; on a CPU, float32 weights that "
-    "PyTorch computes in bfloat16 autocast where the CPU multiplies bfloat16 natively (AVX512-BF16 or AMX), "
-    "else in float32. float32 keeps float32 throughout; bfloat16 or float16 loads the weights so. With "
+    "PyTorch computes in bfloat16 autocast where the CPU multiplies bfloat16 faster (AVX512-BF16 or AMX, "
+    "measured at least 1.5x float32), else in float32. float32 keeps float32 throughout; bfloat16 or float16 loads the weights so. With "
     "--quantize int8 and --engine torch: auto or float32, for what is not int8. With --engine ctranslate2: "
     "its compute type (auto: float32 on a CPU, bfloat16 on a GPU; with int8: int8 or int8_DTYPE)"
 )
