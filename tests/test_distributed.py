@@ -89,6 +89,7 @@ def test_fsdp_on_two_processes_trains_the_one_process_model_and_saves_an_ordinar
     assert loaded.lm_head.weight is loaded.model.encoder.embed_tokens.weight
     assert sorted(path.name for path in (tmp_path / "fsdp").glob("*.py")) == [
         "configuration_vaswani_transformer.py",
+        "generation_vaswani_transformer.py",
         "modeling_vaswani_transformer.py",
     ]
     expected = reference.state_dict()

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import yaml
 
 from vaswani_transformer.cli import push
 from vaswani_transformer.evaluation import load_for_decoding
-from vaswani_transformer.hub import REQUIRED_FILES, build_model_card, write_hub_folder
+from vaswani_transformer.hub import build_model_card, model_files, write_hub_folder
 from vaswani_transformer.translate import translate
 
 SENTENCES = ["I love you.", "Where is the train station?", "Tom is reading a book in the garden."]
@@ -94,7 +95,16 @@ def test_local_dir_loads_and_translates_identically_without_the_package(trained_
         == 0
     )
     names = {path.name for path in folder.iterdir()}
-    assert set(REQUIRED_FILES) | {"README.md", "translate.py", "scores.json", "training_curve.png"} <= names
+    code = {"modeling_vaswani_transformer.py", "configuration_vaswani_transformer.py"}
+    code |= {
+        "generation_vaswani_transformer.py",
+        "translate.py",
+        "precision.py",
+    }  # what the model and pipeline import
+    assert (
+        set(model_files(trained_run.model_dir)) | code | {"README.md", "scores.json", "training_curve.png"}
+        <= names
+    )
     assert not names & {"hypotheses.txt", "optimizer.pt", "training_args.bin"}  # no pickles, no test outputs
     model, tokenizer = load_for_decoding(trained_run.model_dir, device="cpu")
     expected = translate(SENTENCES, model, tokenizer)  # in the precision this CPU decodes fastest
@@ -137,6 +147,12 @@ def test_local_dir_refuses_a_non_empty_folder_and_an_incomplete_model(
     (incomplete / "config.json").write_text((trained_run.model_dir / "config.json").read_text())
     assert push.main([str(incomplete), *args, str(tmp_path / "out")]) == 2
     assert "model.safetensors" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    without_its_sibling = tmp_path / "without-sibling"  # the model file imports it: remote code would break
+    shutil.copytree(trained_run.model_dir, without_its_sibling)
+    (without_its_sibling / "generation_vaswani_transformer.py").unlink()
+    assert push.main([str(without_its_sibling), *args, str(tmp_path / "out")]) == 2
+    assert "generation_vaswani_transformer.py missing" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
     with pytest.raises(SystemExit):
         push.main(
             [str(trained_run.model_dir), "--repo_id", "not a repo id", "--local_dir", str(tmp_path / "o")]

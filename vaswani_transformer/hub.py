@@ -14,18 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
+from transformers.dynamic_module_utils import get_relative_imports
 
 from .evaluation import decoding_settings, load_for_decoding
 from .translate import PIPELINE_TASK, VaswaniTranslationPipeline, translate
 
+MODELING_FILE = "modeling_vaswani_transformer.py"
 REQUIRED_FILES = (
     "config.json",
     "generation_config.json",
     "model.safetensors",
     "tokenizer.json",
     "tokenizer_config.json",
-    "configuration_vaswani_transformer.py",
-    "modeling_vaswani_transformer.py",
+    MODELING_FILE,  # with the sibling files it imports (`model_code_files`)
 )
 OPTIONAL_FILES = (
     "special_tokens_map.json",
@@ -36,7 +37,6 @@ OPTIONAL_FILES = (
     "training_curve.png",
 )
 PIPELINE_FILE = "translate.py"
-PIPELINE_IMPORTS = ("precision.py",)  # the sibling files translate.py imports, shipped with it
 CARD_FILE = "README.md"
 NOT_RECORDED = "not recorded (the folder has no train_options.json, which vaswani-train writes)"
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French"}
@@ -74,12 +74,32 @@ class TrainedModel:
     example: tuple[str, str]
 
 
+def sibling_imports(code_file: Path) -> list[str]:
+    """The files beside `code_file` that it imports, directly or through each other (relative imports), which
+    remote code must ship with it; a missing one is named too (and then reported missing)."""
+    found: list[str] = []
+    reading = [code_file] if code_file.is_file() else []
+    while reading:
+        for name in get_relative_imports(reading.pop()):
+            if f"{name}.py" not in found:
+                found.append(f"{name}.py")
+                if (sibling := code_file.with_name(f"{name}.py")).is_file():
+                    reading.append(sibling)
+    return found
+
+
+def model_files(folder: Path) -> list[str]:
+    """What a saved model folder must hold: weights, configs, tokenizer, and the model's code with the files it
+    imports (a folder saved by an older version imports fewer)."""
+    return [*REQUIRED_FILES, *sibling_imports(folder / MODELING_FILE)]
+
+
 def check_model_folder(model_dir: str | Path) -> Path:
     """The folder, if it holds a complete saved model; otherwise a FileNotFoundError naming what is missing."""
     folder = Path(model_dir)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder (give the final model folder of a training run).")
-    missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
+    missing = [name for name in model_files(folder) if not (folder / name).is_file()]
     if missing:
         raise FileNotFoundError(
             f"{folder} is not a complete saved model: {', '.join(missing)} missing. Push the `final` folder "
@@ -297,11 +317,12 @@ def write_hub_folder(model_dir: str | Path, local_dir: str | Path, repo_id: str)
         raise FileExistsError(f"{destination} is not empty: give a new or empty folder for the Hub files.")
     card = build_model_card(source, repo_id)  # before any file is written: fails on an unreadable folder
     destination.mkdir(parents=True, exist_ok=True)
-    for name in REQUIRED_FILES + OPTIONAL_FILES:
+    for name in [*model_files(source), *OPTIONAL_FILES]:
         if (source / name).is_file():
             shutil.copy2(source / name, destination / name)
-    for name in (PIPELINE_FILE, *PIPELINE_IMPORTS):
-        shutil.copy2(Path(__file__).with_name(name), destination / name)
+    pipeline_file = Path(__file__).with_name(PIPELINE_FILE)
+    for name in (PIPELINE_FILE, *sibling_imports(pipeline_file)):
+        shutil.copy2(pipeline_file.with_name(name), destination / name)
     _with_remote_pipeline(destination / "config.json")
     card.save(destination / CARD_FILE)
     return sorted(destination.iterdir())

@@ -32,6 +32,7 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani_transformer import VaswaniTransformerConfig
+from .generation_vaswani_transformer import beam_search, is_plain_request
 
 
 # §3.5 Positional Encoding
@@ -886,10 +887,12 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
                 layer.values.copy_(layer.values.index_select(0, beam_idx))
         return past_key_values
 
-    # transformers compiles the decoding step of greedy search over a static cache (on GPUs with CUDA graphs), but
-    # its beam search calls the model uncompiled. Under the same conditions (static cache, a GPU or compile_config,
-    # compiling not disabled) beam search's steps run through a compiled forward too; a forward set on the model
-    # (say, compiled by hand) is used as it is.
+    # Plain requests (the translations of `translate`, the pipeline and the commands) go to the sibling module's
+    # beam search, which picks each step's continuations with less work over the vocabulary and otherwise follows
+    # transformers' step for step; the rest to transformers'. transformers compiles the decoding step of greedy
+    # search over a static cache (on GPUs with CUDA graphs), but its beam search calls the model uncompiled. Under
+    # the same conditions (static cache, a GPU or compile_config, compiling not disabled) beam search's steps run
+    # through a compiled forward too; a forward set on the model (say, compiled by hand) is used as it is.
     def _beam_search(
         self,
         input_ids: torch.LongTensor,
@@ -899,14 +902,19 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
         synced_gpus: bool = False,
         **model_kwargs: Any,
     ) -> Any:
-        search = (input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus)
-        if "forward" in vars(self) or not self._valid_auto_compile_criteria(model_kwargs, generation_config):
-            return super()._beam_search(*search, **model_kwargs)
-        self.forward = self._compiled_forward(generation_config.compile_config)
+        compiles = "forward" not in vars(self) and self._valid_auto_compile_criteria(
+            model_kwargs, generation_config
+        )
+        if compiles:
+            self.forward = self._compiled_forward(generation_config.compile_config)
         try:
+            if is_plain_request(generation_config, logits_processor, synced_gpus):
+                return beam_search(self, input_ids, stopping_criteria, generation_config, **model_kwargs)
+            search = (input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus)
             return super()._beam_search(*search, **model_kwargs)
         finally:
-            del self.forward  # back to the class's forward
+            if compiles:
+                del self.forward  # back to the class's forward
 
     def _compiled_forward(self, compile_config: Any) -> Callable:
         """`forward` compiled with `compile_config` (transformers' default: CUDA graphs), kept for reuse.
