@@ -1,7 +1,9 @@
 """The end-to-end job: recipe → data → BPE → training → final model → dev/test scores, resume, two processes."""
 
+import fcntl
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -267,8 +269,47 @@ def test_overwrite_deletes_only_what_a_run_wrote_and_only_after_the_corpora_load
     assert (run / "checkpoint-900").is_dir() and (run / "train_options.json").is_file()
     train_and_evaluate(TrainOptions(**common, output_dir=run))
     assert sorted(path.name for path in run.iterdir()) == [
-        "checkpoint-2", "final", "tokenized", "tokenizer", "train_options.json",
+        ".vaswani-train.lock", "checkpoint-2", "final", "tokenized", "tokenizer", "train_options.json",
     ]  # fmt: skip
+
+
+def test_a_run_folder_in_use_stops_a_second_training_before_it_writes(tmp_path: Path, capsys) -> None:
+    """Issue 22, item 3: two trainings that both passed the folder check wrote into one folder. A training holds
+    its folder's lock (an OS lock, gone with its process); a second one stops with exit 2 and writes nothing.
+    A folder made for a run that then fails on its inputs is removed again; an --output_dir that is a file is
+    refused by name."""
+    from vaswani_transformer.cli.train import main
+
+    files = tatoeba_files(tmp_path, 150)
+    arguments = [item for name, value in files.items() for item in (f"--{name}", value)]
+    arguments += ["--config_overrides", json.dumps(TINY), "--vocab_size", "300", "--max_tokens", "512"]
+    arguments += ["--max_steps", "2", "--warmup_steps", "1", "--save_steps", "2", "--average_last", "1"]
+    arguments += ["--num_beams", "1", "--examples", "A dog.", "--dev_size", "0", "--eval_steps", "0"]
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    holder = os.open(busy / experiment.LOCK_FILE, os.O_CREAT | os.O_RDWR)  # another training's lock
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        assert main([*arguments, "--output_dir", str(busy)]) == 2
+        assert f"--output_dir {busy} is in use by another training" in capsys.readouterr().err
+        assert [path.name for path in busy.iterdir()] == [experiment.LOCK_FILE]  # nothing written
+    finally:
+        os.close(holder)  # the other training ends: its lock goes with it
+    assert (
+        main([*arguments, "--output_dir", str(busy)]) == 0
+    )  # the folder's left-over lock file is no content
+    assert (busy / "final" / "scores.json").is_file()
+    new = tmp_path / "new" / "run"
+    short_target = tmp_path / "short.de"  # one line fewer than the source: the corpora fail to load
+    lines = Path(files["train_target"]).read_text(encoding="utf-8").splitlines(keepends=True)
+    short_target.write_text("".join(lines[:-1]), encoding="utf-8")
+    shortened = [short_target if value == files["train_target"] else value for value in arguments]
+    assert main([*map(str, shortened), "--output_dir", str(new)]) == 2
+    assert not new.exists()
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep")
+    assert main([*arguments, "--output_dir", str(a_file)]) == 2
+    assert f"--output_dir {a_file} is a file" in capsys.readouterr().err and a_file.read_text() == "keep"
 
 
 def write_lines(path: Path, lines: list[str]) -> str:

@@ -5,6 +5,7 @@ also `--max-steps`) and its key in a recipe file (`recipes/*.yaml`). The field d
 model on WMT14 (§5); a recipe replaces those defaults for one job, and flags override the recipe.
 """
 
+import contextlib
 import difflib
 import hashlib
 import json
@@ -13,6 +14,7 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from fnmatch import fnmatch
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any, Literal
 import torch
 import transformers
 from datasets import Dataset, load_from_disk
+from filelock import FileLock, Timeout
 from huggingface_hub import get_token
 from huggingface_hub.errors import StrictDataclassError
 from huggingface_hub.utils import validate_repo_id
@@ -84,6 +87,10 @@ PATH_FIELDS = (
     "test_references_tokenized",
 )
 SANITY_SAMPLE = 100  # training sources decoded to check the final model when there is no dev set
+
+
+class RunFolderError(ValueError):
+    """--output_dir cannot take this run: another training holds it, it holds another run, or it is a file."""
 
 
 class CorpusError(ValueError):
@@ -391,14 +398,52 @@ def check_inputs(options: TrainOptions) -> None:
     _check_text_pairs(options)
     options.model_config()
     _check_sharing(options)
-    if int(os.environ.get("RANK", "0")) == 0:  # other processes find the main process's files there
+    if _is_main_process():  # other processes find the main process's files there
         _check_output_dir(options)
+
+
+def _is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 # What a run writes at the top of its --output_dir: the only entries --overwrite may delete.
 RUN_FILES = ("train_options.json",)
 RUN_FOLDERS = ("tokenizer", "tokenized", "final", "runs")  # runs/: TensorBoard's logs (--report_to)
 RUN_FOLDER_PATTERNS = ("checkpoint-*", "incomplete-checkpoint-*")
+# The lock a training holds on its folder: never deleted (a new file would let a second training lock it while
+# the first still holds the old one), never counted as the folder's content.
+LOCK_FILE = ".vaswani-train.lock"
+
+
+@contextlib.contextmanager
+def holding_run_folder(folder: Path) -> Iterator[None]:
+    """Hold `folder` for this run, so that a second training there stops (RunFolderError) before it checks or
+    writes anything. An OS lock (flock through `filelock`) that dies with its process: a killed run leaves
+    nothing to clean up. Only the main process locks; a folder this made for a run that failed is removed."""
+    if not _is_main_process():
+        yield
+        return
+    if folder.exists() and not folder.is_dir():
+        raise RunFolderError(f"--output_dir {folder} is a file: give a folder (new, empty, or a run's).")
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(folder / LOCK_FILE, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunFolderError(
+            f"--output_dir {folder} is in use by another training (it holds {folder / LOCK_FILE}): wait for it "
+            "to finish, or choose another --output_dir."
+        ) from None
+    try:
+        yield
+    except BaseException:
+        if created and [path.name for path in folder.iterdir()] == [LOCK_FILE]:
+            (folder / LOCK_FILE).unlink()  # while still held: no other run can be waiting for this new folder
+            folder.rmdir()
+        raise
+    finally:
+        lock.release()
 
 
 def _is_run_folder(folder: Path) -> bool:
@@ -422,13 +467,18 @@ def _written_by_a_run(path: Path) -> bool:
 
 def _not_written_by_a_run(folder: Path) -> list[str]:
     """The names in a run folder that no run writes (the user's own files, for one)."""
-    return sorted(path.name for path in folder.iterdir() if not _written_by_a_run(path))
+    return sorted(path.name for path in _content(folder) if not _written_by_a_run(path))
+
+
+def _content(folder: Path) -> list[Path]:
+    """What a folder holds, but for a training's lock."""
+    return [path for path in folder.iterdir() if path.name != LOCK_FILE]
 
 
 def _delete_earlier_run(folder: Path) -> None:
     """--overwrite: delete what a run wrote in `folder`, and nothing else (`_check_output_dir` refused the rest)."""
     logger.info(f"--overwrite: deleting the earlier run in {folder}")
-    for path in sorted(folder.iterdir()):
+    for path in sorted(_content(folder)):
         if not _written_by_a_run(path):
             continue
         if path.is_dir():
@@ -440,19 +490,21 @@ def _delete_earlier_run(folder: Path) -> None:
 def _check_output_dir(options: TrainOptions) -> None:
     """A run folder belongs to one run: an earlier run's checkpoints must never be averaged into this one."""
     folder = options.output_dir
-    if options.resume or not folder.is_dir() or not any(folder.iterdir()):
+    if folder.exists() and not folder.is_dir():
+        raise RunFolderError(f"--output_dir {folder} is a file: give a folder (new, empty, or a run's).")
+    if options.resume or not folder.is_dir() or not _content(folder):
         return
     if not _is_run_folder(folder):
-        raise ValueError(
+        raise RunFolderError(
             f"--output_dir {folder} is not empty and holds no run: choose a new or empty folder."
         )
     if not options.overwrite:
-        raise ValueError(
+        raise RunFolderError(
             f"--output_dir {folder} already holds a run. Continue it with --resume, delete it first with "
             "--overwrite, or choose a new --output_dir."
         )
     if others := _not_written_by_a_run(folder):
-        raise ValueError(
+        raise RunFolderError(
             f"--output_dir {folder} holds a run and files no run writes ({', '.join(others)}): --overwrite "
             "deletes only a run's own files. Move those elsewhere, or choose a new --output_dir."
         )
@@ -477,18 +529,22 @@ def _log_loaded(stats: LoadStats, split: str) -> None:
 def _load_pairs(
     options: TrainOptions, source: str, target: str | None, split: str
 ) -> tuple[Dataset, LoadStats]:
-    """One corpus, its load summary logged; a corpus with no usable pair is an error (naming its flag)."""
-    pairs, stats = load_parallel(
-        source,
-        target,
-        source_lang=options.source_lang,
-        target_lang=options.target_lang,
-        split=split,
-        hub_config=options.hub_config,
-    )
+    """One corpus, its load summary logged; a corpus that cannot be read as pairs or has no usable pair is an
+    error naming its flag."""
+    flag = {"train": "train_source", "validation": "dev_source", "test": "test_source"}[split]
+    try:
+        pairs, stats = load_parallel(
+            source,
+            target,
+            source_lang=options.source_lang,
+            target_lang=options.target_lang,
+            split=split,
+            hub_config=options.hub_config,
+        )
+    except ValueError as error:  # e.g. a text pair whose line counts differ
+        raise CorpusError(f"--{flag} {source}: {error}") from None
     _log_loaded(stats, split)
     if len(pairs) == 0:
-        flag = {"train": "train_source", "validation": "dev_source", "test": "test_source"}[split]
         raise CorpusError(
             f"--{flag} {source}: no usable pairs ({stats.summary()}). Expected a source file with a line-aligned "
             "target file, or a TSV file of source<TAB>target lines."
@@ -838,9 +894,15 @@ def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
 
     Under `torchrun` / `accelerate launch` every process trains on its shard of the token batches; only the
     main process trains the vocabulary, builds the final model, evaluates and returns a result (others: None).
-    Raises `monitoring.TrainingFailure` when training diverges or collapses.
+    Raises `monitoring.TrainingFailure` when training diverges or collapses, and RunFolderError when another
+    training holds --output_dir (`holding_run_folder`).
     """
-    check_inputs(options)
+    with holding_run_folder(options.output_dir):
+        return _train_and_evaluate(options)
+
+
+def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
+    check_inputs(options)  # again, now that the folder is this run's: a run may have finished there meanwhile
     config = options.model_config()
     args = _training_arguments(options, config)
     advice = _advice(options, config, args.learning_rate)

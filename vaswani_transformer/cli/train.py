@@ -24,7 +24,14 @@ from collections.abc import Sequence
 
 from transformers import HfArgumentParser
 
-from ..experiment import CorpusError, TrainOptions, check_inputs, option_names, train_and_evaluate
+from ..experiment import (
+    CorpusError,
+    RunFolderError,
+    TrainOptions,
+    check_inputs,
+    option_names,
+    train_and_evaluate,
+)
 from ..monitoring import TrainingFailure
 from ..recipes import available_recipes, load_recipe
 
@@ -80,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger(__name__).info(f"recipe {options.recipe}; run folder {options.output_dir}")
     try:
         result = train_and_evaluate(options)
-    except (CorpusError, FileNotFoundError) as error:  # found while loading the data, before training
+    except (CorpusError, RunFolderError, FileNotFoundError) as error:  # found before training
         print(f"error: {error}", file=sys.stderr)
         return 2
     except TrainingFailure as failure:
