@@ -105,6 +105,29 @@ def test_translate_command_rejects_bad_arguments_before_loading(tmp_path: Path, 
     assert "no such model folder" in capsys.readouterr().err
 
 
+def test_translate_command_names_input_that_is_not_utf8(
+    trained_run, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Issue 22, item 10: latin-1 input was a traceback (standard input) or an error without the file's name; a
+    file given after an option was "unrecognized arguments"."""
+    latin1 = tmp_path / "latin1.en"
+    latin1.write_bytes("I love you.\nWhere is the café?\n".encode("latin-1"))
+    model = str(trained_run.model_dir)
+    assert translate_cli.main([model, "--num_beams", "1", str(latin1)]) == 2
+    error = capsys.readouterr().err
+    assert f"{latin1} is not UTF-8 text (byte 0xe9 on line 2)" in error and "iconv" in error
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(latin1.read_bytes()), encoding="utf-8"))
+    assert translate_cli.main([model, "--num_beams", "1"]) == 2
+    assert "standard input is not UTF-8 text (byte 0xe9 on line 2)" in capsys.readouterr().err
+    utf8 = tmp_path / "utf8.en"
+    utf8.write_text("\ufeffI love you.\n", encoding="utf-8")  # a BOM is not part of the sentence
+    assert translate_cli.main([model, "--num_beams", "1", str(utf8)]) == 0
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"I love you.\n"), encoding="utf-8"))
+    assert translate_cli.main([model, "--num_beams", "1"]) == 0
+    first, second = capsys.readouterr().out.splitlines()
+    assert first == second
+
+
 def test_a_tokenizer_from_another_vocabulary_is_refused_at_load(
     letter_tokenizer, tmp_path: Path, capsys
 ) -> None:

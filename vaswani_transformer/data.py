@@ -78,9 +78,21 @@ def split_lines(text: str) -> list[str]:
     return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
 
 
+def decode_text(raw: bytes, name: str) -> str:
+    """UTF-8 text (a leading BOM dropped); other bytes are a ValueError naming `name`, the line and the fix."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise ValueError(
+            f"{name} is not UTF-8 text (byte 0x{raw[error.start]:02x} on line {line:,}): convert it first, "
+            "e.g. with `iconv -f latin1 -t utf-8`."
+        ) from None
+
+
 def read_text_lines(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 text file, split as `split_lines` does."""
-    return split_lines(Path(path).read_text(encoding="utf-8"))
+    """Lines of a UTF-8 text file, split as `split_lines` does; not UTF-8: a ValueError naming the file."""
+    return split_lines(decode_text(Path(path).read_bytes(), str(path)))
 
 
 def _require_file(path: Path, expected: str) -> None:

@@ -554,7 +554,10 @@ def _load_pairs(
 
 def _tokenized_references(path: str, test: LoadStats) -> list[str]:
     """The tokenised test references, which must line up with the test pairs as read."""
-    references = read_text_lines(path)
+    try:
+        references = read_text_lines(path)
+    except ValueError as error:  # not UTF-8
+        raise CorpusError(f"--test_references_tokenized: {error}") from None
     if len(references) != test.read:
         raise CorpusError(
             f"--test_references_tokenized {path} has {len(references):,} lines but the test set has "

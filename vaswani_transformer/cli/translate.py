@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..data import split_lines
+from ..data import decode_text, read_text_lines, split_lines
 from ..engines import EngineOptions, load_engine, translate_lines
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
@@ -30,23 +30,30 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
     parser.add_argument("model", help="trained model folder (e.g. runs/tatoeba-en-de/final) or Hub id")
     parser.add_argument("files", nargs="*", type=Path, help="input files (default: standard input)")
     add_decoding_arguments(parser, batch_size=64)
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # files may follow options: MODEL --num_beams 1 FILE
     for path in args.files:
         if not path.is_file():
             parser.error(f"{path}: no such file")
     return args, engine_options(parser, args)
 
 
+def read_stdin_lines() -> list[str]:
+    """The lines of standard input, read as bytes so that input that is not UTF-8 is a ValueError naming it."""
+    stdin_bytes = getattr(sys.stdin, "buffer", None)
+    return split_lines(decode_text(stdin_bytes.read(), "standard input") if stdin_bytes else sys.stdin.read())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Read, translate, write; returns the exit status (2 for bad arguments or a missing model)."""
+    """Read, translate, write; returns the exit status (2 for bad arguments or input, or a missing model)."""
     args, options = parse_args(argv)
     try:
+        # files before the model loads, so that bad input fails at once; standard input after it, as it is typed
+        lines = [line for path in args.files for line in read_text_lines(path)]
         engine = load_engine(args.model, options)
+        lines = lines if args.files else read_stdin_lines()
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    inputs = [path.read_text(encoding="utf-8") for path in args.files] or [sys.stdin.read()]
-    lines = [line for text in inputs for line in split_lines(text)]
     translations = translate_lines(
         lines, engine, batch_size=args.batch_size, show_progress=True, **generate_overrides(args)
     )
