@@ -19,6 +19,7 @@ from vaswani_transformer import VaswaniTransformerForConditionalGeneration, mode
 from vaswani_transformer.modeling_vaswani_transformer import (
     CACHE_NAME,
     VaswaniTransformerSinusoidalPositionalEncoding,
+    apply_dropout,
     check_beam_search_hooks,
     gnmt_as_power_of_length,
 )
@@ -29,6 +30,26 @@ def paper_position_encoding(pos: int, channel: int, d_model: int) -> float:
     i = channel // 2
     angle = pos / 10000 ** (2 * i / d_model)
     return math.sin(angle) if channel % 2 == 0 else math.cos(angle)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_on_a_cpu_zeroes_a_fraction_p_and_scales_the_rest(dtype: torch.dtype) -> None:
+    """The CPU path draws its keep-mask with torch.rand (faster than nn.functional.dropout's bernoulli_ there):
+    still each entry zeroed with probability p, the rest scaled by 1 / (1 − p) in the forward and backward, from
+    the global random state (so seeded runs and resumed runs repeat), and nothing done outside training."""
+    x = torch.randn(1000, 1000).to(dtype).requires_grad_()
+    torch.manual_seed(0)
+    y = apply_dropout(x, 0.1, training=True)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.9) < 0.002  # 10^6 draws: the fraction's deviation is 0.0003
+    torch.testing.assert_close(y[kept], (x[kept].float() / 0.9).to(dtype))
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, (kept / 0.9).to(dtype))
+    torch.manual_seed(0)
+    assert torch.equal(apply_dropout(x, 0.1, training=True), y)
+    assert torch.equal(apply_dropout(x, 0.1, training=False), x) and torch.equal(
+        apply_dropout(x, 0.0, True), x
+    )
 
 
 def test_positional_encoding_matches_paper_formula() -> None:
