@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from safetensors import SafetensorError, safe_open
 from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
@@ -77,16 +78,64 @@ def decoding_dtype(device: str) -> torch.dtype:
     return torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
 
 
+SAVE_AGAIN = "save the model and tokenizer again (save_pretrained) or copy the folder anew"
+
+
+def _check_json_file(path: Path) -> None:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; a saved model folder holds it ({SAVE_AGAIN}).")
+    try:
+        json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is damaged, not valid JSON ({error}): {SAVE_AGAIN}.") from None
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    """model.safetensors, or the shards its index names."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return [folder / "model.safetensors"]
+    _check_json_file(index)
+    return [folder / name for name in sorted(set(json.loads(index.read_bytes())["weight_map"].values()))]
+
+
+def check_saved_files(folder: Path) -> None:
+    """A model folder's configuration, tokenizer and weights are there and readable as what they are; else an
+    error naming the damaged file, before anything loads (transformers' own errors name none, or mislead)."""
+    for name in ("config.json", "tokenizer.json"):
+        _check_json_file(folder / name)
+    for weights in _weight_files(folder):
+        if not weights.is_file():
+            raise FileNotFoundError(f"{weights}: missing; a saved model folder holds it ({SAVE_AGAIN}).")
+        try:
+            with safe_open(weights, framework="pt") as tensors:
+                tensors.keys()
+        except SafetensorError as error:  # e.g. truncated by a full disk or an interrupted copy
+            raise ValueError(f"{weights} is damaged ({error}): {SAVE_AGAIN}.") from None
+
+
 def load_for_decoding(
     model_dir: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A saved model (folder or Hub id) and its tokenizer, loaded the way a user loads them, in eval mode.
 
     By default the model goes to the GPU when there is one, in `decoding_dtype` (bfloat16 there, else float32).
+    A local folder's files are checked first (`check_saved_files`); weights that do not fit the configuration
+    (an edited config.json) are a ValueError naming both files.
     """
     name = check_model_name(model_dir)
+    if Path(name).is_dir():
+        check_saved_files(Path(name))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=dtype or decoding_dtype(device))
+    try:
+        model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=dtype or decoding_dtype(device))
+    except RuntimeError as error:
+        if "mismatched_sizes" not in str(error):
+            raise
+        raise ValueError(
+            f"{name}: the weights in model.safetensors do not have the shapes config.json describes (was "
+            f"config.json edited?): {SAVE_AGAIN}."
+        ) from None
     tokenizer = AutoTokenizer.from_pretrained(name)
     check_vocabulary(model, tokenizer, name)
     return model.to(device).eval(), tokenizer
