@@ -95,6 +95,9 @@ def test_local_dir_loads_and_translates_identically_without_the_package(trained_
         == 0
     )
     names = {path.name for path in folder.iterdir()}
+    assert (
+        folder / "model.safetensors"
+    ).stat().st_mode & 0o044  # readable by others, as a new file (not 0600)
     code = {"modeling_vaswani_transformer.py", "configuration_vaswani_transformer.py"}
     code |= {
         "generation_vaswani_transformer.py",
@@ -152,6 +155,15 @@ def test_local_dir_refuses_a_non_empty_folder_and_an_incomplete_model(
     (without_its_sibling / "generation_vaswani_transformer.py").unlink()
     assert push.main([str(without_its_sibling), *args, str(tmp_path / "out")]) == 2
     assert "generation_vaswani_transformer.py missing" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    linked_out = tmp_path / "linked-out"  # issue 22, item 11: a push followed it and published its target
+    shutil.copytree(trained_run.model_dir, linked_out)
+    secret = tmp_path / "elsewhere.json"
+    secret.write_text(json.dumps({"sacrebleu": {"score": 99.0}, "private": "not for the Hub"}))
+    (linked_out / "scores.json").unlink()
+    (linked_out / "scores.json").symlink_to(secret)
+    assert push.main([str(linked_out), *args, str(tmp_path / "out")]) == 2
+    assert "scores.json link to files outside the folder" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
     with pytest.raises(SystemExit):
         push.main(

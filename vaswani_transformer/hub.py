@@ -94,8 +94,15 @@ def model_files(folder: Path) -> list[str]:
     return [*REQUIRED_FILES, *sibling_imports(folder / MODELING_FILE)]
 
 
+def _links_outside(folder: Path, name: str) -> bool:
+    """Whether folder/name is a symbolic link that leads out of the folder (a push would publish its target)."""
+    path = folder / name
+    return path.is_symlink() and not path.resolve().is_relative_to(folder.resolve())
+
+
 def check_model_folder(model_dir: str | Path) -> Path:
-    """The folder, if it holds a complete saved model; otherwise a FileNotFoundError naming what is missing."""
+    """The folder, if it holds a complete saved model of its own files; otherwise a FileNotFoundError naming what
+    is missing, or a ValueError naming the files that link out of it."""
     folder = Path(model_dir)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder (give the final model folder of a training run).")
@@ -105,6 +112,11 @@ def check_model_folder(model_dir: str | Path) -> Path:
             f"{folder} is not a complete saved model: {', '.join(missing)} missing. Push the `final` folder "
             "written by vaswani-train, or save with model.save_pretrained() and tokenizer.save_pretrained() "
             "after `import vaswani_transformer`."
+        )
+    if linked := [name for name in [*model_files(folder), *OPTIONAL_FILES] if _links_outside(folder, name)]:
+        raise ValueError(
+            f"{folder}: {', '.join(linked)} link to files outside the folder; the Hub folder takes only the model "
+            "folder's own files. Copy them in (cp -L) if they are meant to be published."
         )
     return folder
 
@@ -317,12 +329,13 @@ def write_hub_folder(model_dir: str | Path, local_dir: str | Path, repo_id: str)
         raise FileExistsError(f"{destination} is not empty: give a new or empty folder for the Hub files.")
     card = build_model_card(source, repo_id)  # before any file is written: fails on an unreadable folder
     destination.mkdir(parents=True, exist_ok=True)
+    # copyfile, not copy2: new files with the user's usual permissions (safetensors writes weights 0600)
     for name in [*model_files(source), *OPTIONAL_FILES]:
         if (source / name).is_file():
-            shutil.copy2(source / name, destination / name)
+            shutil.copyfile(source / name, destination / name)
     pipeline_file = Path(__file__).with_name(PIPELINE_FILE)
     for name in (PIPELINE_FILE, *sibling_imports(pipeline_file)):
-        shutil.copy2(pipeline_file.with_name(name), destination / name)
+        shutil.copyfile(pipeline_file.with_name(name), destination / name)
     _with_remote_pipeline(destination / "config.json")
     card.save(destination / CARD_FILE)
     return sorted(destination.iterdir())
