@@ -11,7 +11,7 @@ from transformers import pipeline
 from vaswani_transformer import precision
 from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.evaluation import decoding_settings, load_for_decoding
-from vaswani_transformer.translate import translate
+from vaswani_transformer.translate import DecodingBudgetError, translate
 
 SENTENCES = ["I love you.", "Where is the train station?", "Tom is reading a book in the garden."]
 
@@ -141,3 +141,35 @@ def test_a_tokenizer_from_another_vocabulary_is_refused_at_load(
         load_for_decoding(tmp_path, device="cpu")
     assert translate_cli.main([str(tmp_path), "--device", "cpu"]) == 2
     assert "different runs" in capsys.readouterr().err
+
+
+def test_sources_longer_than_the_position_table_are_cut_with_a_warning(loaded, monkeypatch, caplog) -> None:
+    """Issue 22, item 5: an unbounded source made decoding unbounded (102 GB asked for a 200,000-character line);
+    sources are cut to the model's position table, keeping their EOS, and the cut ones counted."""
+    model, tokenizer = loaded
+    monkeypatch.setattr(model.config, "max_position_embeddings", 6)
+    lengths: list[int] = []
+    generate = model.generate
+    monkeypatch.setattr(
+        model, "generate", lambda **inputs: lengths.append(inputs["input_ids"].shape[1]) or generate(**inputs)
+    )
+    long_sentence = "Tom is reading a book in the garden with his friends."
+    assert len(tokenizer(long_sentence)["input_ids"]) > 6
+    with caplog.at_level("WARNING"):
+        translations = translate([long_sentence, "No."], model, tokenizer, num_beams=1, batch_size=1)
+    assert lengths[0] == 6 and all(translations)
+    assert "1 source sentence(s) longer than 6 tokens were cut to 6." in caplog.text
+
+
+def test_a_batch_that_cannot_fit_in_memory_is_refused_before_it_decodes(
+    trained_run, loaded, monkeypatch, capsys
+) -> None:
+    """Issue 22, item 5: --num_beams 1000000 ran out of memory after 113 s; now refused at once, naming what to lower."""
+    model, tokenizer = loaded
+    monkeypatch.setattr(model, "generate", lambda **inputs: pytest.fail("decoding started"))
+    with pytest.raises(DecodingBudgetError, match=r"1,000,000 beam\(s\).*GiB are free: lower --num_beams"):
+        translate(["I love you."], model, tokenizer, num_beams=1_000_000)
+    monkeypatch.undo()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"I love you.\n"), encoding="utf-8"))
+    assert translate_cli.main([str(trained_run.model_dir), "--num_beams", "1000000"]) == 2
+    assert "lower --num_beams or --batch_size" in capsys.readouterr().err

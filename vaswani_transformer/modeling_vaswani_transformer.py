@@ -77,7 +77,7 @@ def apply_dropout(hidden_states: torch.Tensor, p: float, training: bool) -> torc
     nn.functional.dropout, which took 17% of a `tiny` training step (benchmarks/RESULTS.md); the same mask
     distribution, from the same random state. Elsewhere nn.functional.dropout (one fused kernel on a GPU).
     """
-    if not training or p == 0.0 or hidden_states.device.type != "cpu":
+    if not training or not 0.0 < p < 1.0 or hidden_states.device.type != "cpu":
         return nn.functional.dropout(hidden_states, p=p, training=training)
     keep = torch.rand(hidden_states.shape, device=hidden_states.device) >= p
     return hidden_states * keep * (1.0 / (1.0 - p))

@@ -8,6 +8,7 @@ Both decode float32 weights in bfloat16 (autocast) on a device that computes it 
 code with precision.py: it imports only torch, tqdm, transformers and that file.
 """
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +19,66 @@ from transformers import Pipeline, PreTrainedModel, PreTrainedTokenizerBase
 from .precision import autocast_to, decoding_precision
 
 PIPELINE_TASK = "vaswani-translation"
+logger = logging.getLogger(__name__)
+
+
+class DecodingBudgetError(ValueError):
+    """A batch whose decoding would need more memory than the device has free."""
+
+
+def cap_source_lengths(encodings: list[list[int]], limit: int) -> list[list[int]]:
+    """Sources cut to `limit` tokens (the model's position table), keeping their final EOS; the cut ones are
+    counted in a warning. An unbounded source makes decoding's memory and time unbounded too (a 200,000-character
+    line asked for 102 GB)."""
+    cut = [ids[: limit - 1] + ids[-1:] if len(ids) > limit else ids for ids in encodings]
+    if count := sum(len(ids) > limit for ids in encodings):
+        logger.warning(f"{count:,} source sentence(s) longer than {limit:,} tokens were cut to {limit:,}.")
+    return cut
+
+
+def free_memory_bytes(device: torch.device) -> int | None:
+    """Memory the device can still give: the GPU's free memory, or the host's MemAvailable (Linux); None when
+    it cannot be read."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def decoding_bytes(config: Any, sentences: int, beams: int, source_tokens: int, new_tokens: int) -> int:
+    """A generous estimate of the memory beam search holds for one batch: float32 log-probabilities over the
+    vocabulary for every beam (and their copies), the growing self-attention cache (two copies while it grows),
+    the cross-attention cache and the encoder's attention scores."""
+    rows, width = sentences * beams, config.d_model * 4
+    vocabulary = 3 * rows * config.vocab_size * 4
+    self_attention = 2 * 2 * config.num_decoder_layers * rows * (new_tokens + 1) * width
+    cross_attention = 2 * config.num_decoder_layers * sentences * source_tokens * width
+    encoder_scores = 2 * sentences * config.num_heads * source_tokens**2 * 4
+    return vocabulary + self_attention + cross_attention + encoder_scores
+
+
+def check_decoding_budget(
+    model: PreTrainedModel, sentences: int, source_tokens: int, generate_kwargs: dict[str, Any]
+) -> None:
+    """Refuse (DecodingBudgetError) a batch whose decoding would not fit in the device's free memory, before it
+    starts, naming the settings to lower."""
+    config, generation = model.config, model.generation_config
+    beams = generate_kwargs.get("num_beams") or generation.num_beams or 1
+    new_tokens = generate_kwargs.get("max_new_tokens") or source_tokens + config.max_length_offset
+    needed, free = (
+        decoding_bytes(config, sentences, beams, source_tokens, new_tokens),
+        free_memory_bytes(model.device),
+    )
+    if free is not None and needed > free:
+        raise DecodingBudgetError(
+            f"decoding a batch of {sentences:,} sentence(s) with {beams:,} beam(s) ({source_tokens:,} source and "
+            f"up to {new_tokens:,} new tokens, vocabulary {config.vocab_size:,}) needs about {needed / 2**30:,.1f} "
+            f"GiB, but {free / 2**30:,.1f} GiB are free: lower --num_beams or --batch_size."
+        )
 
 
 def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -45,24 +106,31 @@ def translate(
     output limit = source length + 50, §6.1) unless `generate_kwargs` override it. It computes in `dtype`, by
     default `precision.decoding_precision`'s: bfloat16 autocast for float32 weights on a CPU or GPU that computes
     bfloat16 faster, else the weights' dtype; `dtype=torch.float32` keeps float32 weights in float32.
+    Sources longer than the model's position table are cut to it (`cap_source_lengths`, with a warning), and a
+    batch that would not fit in memory is refused before it decodes (`check_decoding_budget`).
     """
     if not texts:
         return []
     encodings = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+    encodings = cap_source_lengths(encodings, model.config.max_position_embeddings)
     batches = length_sorted_batches([len(ids) for ids in encodings], batch_size)
     results: list[str] = [""] * len(texts)
     precision = decoding_precision(model.dtype, model.device, dtype)
     was_training = model.training
     model.eval()
-    for batch in tqdm(batches, desc="translating", unit="batch", disable=not show_progress):
-        inputs = tokenizer.pad({"input_ids": [encodings[i] for i in batch]}, return_tensors="pt").to(
-            model.device
-        )
-        with autocast_to(precision, model.dtype, model.device):
-            outputs = model.generate(**inputs, **generate_kwargs)
-        for index, text in zip(batch, tokenizer.batch_decode(outputs, skip_special_tokens=True), strict=True):
-            results[index] = text.strip()
-    model.train(was_training)
+    try:
+        for batch in tqdm(batches, desc="translating", unit="batch", disable=not show_progress):
+            inputs = tokenizer.pad({"input_ids": [encodings[i] for i in batch]}, return_tensors="pt")
+            inputs = inputs.to(model.device)
+            # the first batch holds the longest sources: a budget it breaks is found before any decoding
+            check_decoding_budget(model, len(batch), inputs["input_ids"].shape[1], generate_kwargs)
+            with autocast_to(precision, model.dtype, model.device):
+                outputs = model.generate(**inputs, **generate_kwargs)
+            translations = tokenizer.batch_decode(outputs, skip_special_tokens=True)
+            for index, text in zip(batch, translations, strict=True):
+                results[index] = text.strip()
+    finally:
+        model.train(was_training)
     return results
 
 

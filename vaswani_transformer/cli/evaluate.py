@@ -100,12 +100,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Decode, score, and print the scores; returns the exit status (2: bad arguments, a missing model, or it
     would replace earlier scores)."""
     args, options = parse_args(argv)
-    sources, references = read_lines(args.source), read_lines(args.references)
-    if len(sources) != len(references):
-        raise SystemExit(
-            f"{args.source} has {len(sources)} lines but {args.references} has {len(references)}"
-        )
     try:
+        sources, references = read_lines(args.source), read_lines(args.references)
+        if len(sources) != len(references):
+            raise ValueError(
+                f"{args.source} has {len(sources)} lines but {args.references} has {len(references)}: a test "
+                "set's sources and references must be line-aligned."
+            )
         scores = evaluate(args, options, sources, references)
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..data import decode_text, read_text_lines, split_lines
 from ..engines import EngineOptions, load_engine, translate_lines
+from ..translate import DecodingBudgetError
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
 
@@ -54,9 +55,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    translations = translate_lines(
-        lines, engine, batch_size=args.batch_size, show_progress=True, **generate_overrides(args)
-    )
+    try:
+        translations = translate_lines(
+            lines, engine, batch_size=args.batch_size, show_progress=True, **generate_overrides(args)
+        )
+    except DecodingBudgetError as error:  # found before the first batch decodes
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     for translation in translations:
         print(translation)
     return 0
