@@ -431,3 +431,33 @@ def test_killed_during_a_save_resumes_to_the_uninterrupted_weights(tmp_path: Pat
     assert straight.keys() == resumed.keys()
     for name, tensor in straight.items():
         assert torch.equal(tensor, resumed[name]), name
+
+
+@pytest.mark.parametrize("vocab_size", [1, 5000])
+def test_a_vocabulary_of_another_size_than_asked_is_said(tmp_path: Path, caplog, vocab_size: int) -> None:
+    """Issue 22, item 14: --vocab_size 1 silently gave a vocabulary of every character (66 tokens); a corpus too
+    small for the size asked gives fewer tokens, also said."""
+    options = TrainOptions(**tatoeba_files(tmp_path, 50), vocab_size=vocab_size, output_dir=tmp_path / "run")
+    pairs = load_parallel(options.train_source, options.train_target)[0]
+    with caplog.at_level("WARNING"):
+        size = len(experiment._tokenizer_for(options, pairs, is_main_process=True))
+    expected = {
+        1: f"--vocab_size 1 is below the corpus's characters and special tokens: the vocabulary has {size:,}",
+        5000: f"the corpus gave {size:,} tokens, fewer than --vocab_size 5,000",
+    }
+    assert expected[vocab_size] in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("flags", "reason"),
+    [
+        ({"health_checks": False}, "scoring it anyway: as --no_health_checks asks"),
+        ({"max_steps": 10}, "scoring it anyway: 10 steps are too few to judge (the check starts at step"),
+    ],
+)
+def test_a_collapsed_final_model_scored_anyway_says_why(tmp_path: Path, caplog, flags, reason) -> None:
+    """Issue 22, item 14: "scoring it anyway, as asked" was said when nobody had asked."""
+    options = TrainOptions(**tatoeba_files(tmp_path, 10), output_dir=tmp_path / "run", **flags)
+    with caplog.at_level("WARNING"):
+        experiment._check_final_model(options, ["", "", ""], advice="")
+    assert reason in caplog.text

@@ -98,6 +98,8 @@ def test_a_recipe_with_an_unknown_setting_is_refused(tmp_path: Path) -> None:
         (["--max_test_sentences", "-3"], "--max_test_sentences must be at least 1 (or left out), got -3"),
         (["--max_test_sentences", "0"], "--max_test_sentences must be at least 1 (or left out), got 0"),
         (["--vocab_size", "-1"], "--vocab_size must be at least 1"),
+        (["--vocab_size", "1000000000"], "--vocab_size must be at most 1,000,000, got 1,000,000,000"),
+        (["--max_tokens", "1"], "--max_tokens 1 is below --max_length 128: a kept pair may be longer"),
         (["--max_length", "0"], "--max_length must be at least 1"),
         (["--seed", "-1"], "--seed must be between 0 and 4294967295, got -1"),
         (["--seed", "8589934592"], "--seed must be between 0 and 4294967295, got 8589934592"),

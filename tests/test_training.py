@@ -188,3 +188,36 @@ def test_mixed_precision_follows_the_launcher_unless_the_flag_names_one(
         assert trainer.accelerator.mixed_precision == expected
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)  # the next Trainer sets its own precision
+
+
+def test_resuming_warns_of_missing_weights_but_not_of_the_tied_ones(
+    letter_tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22, item 14: every --resume warned that lm_head and the decoder's embedding were missing from the
+    checkpoint; they are the encoder's table (tied), which a checkpoint holds once. A weight really missing is
+    still named."""
+    import transformers.trainer
+
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=len(letter_tokenizer)))
+    tokenized, _ = tokenize_parallel(
+        Dataset.from_dict({"source": ["a b"], "target": ["b a"]}), letter_tokenizer
+    )
+    args = paper_training_arguments(tmp_path, 32, max_steps=1, mixed_precision="no")
+    try:
+        trainer = build_trainer(model, letter_tokenizer, tokenized, args, max_tokens=64)
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    warnings: list[str] = []
+    monkeypatch.setattr(
+        transformers.trainer.logger, "warning", lambda message, *a, **k: warnings.append(message)
+    )
+    saved = {
+        name: tensor for name, tensor in model.state_dict().items() if name not in model._tied_weights_keys
+    }
+    loaded = model.load_state_dict(saved, strict=False)
+    assert set(loaded.missing_keys) == set(model._tied_weights_keys)
+    trainer._issue_warnings_after_load(loaded)
+    assert warnings == []
+    without_fc1 = {name: tensor for name, tensor in saved.items() if "layers.0.feed_forward.fc1" not in name}
+    trainer._issue_warnings_after_load(model.load_state_dict(without_fc1, strict=False))
+    assert len(warnings) == 1 and "layers.0.feed_forward.fc1" in warnings[0] and "lm_head" not in warnings[0]

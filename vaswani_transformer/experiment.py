@@ -77,6 +77,7 @@ logger = logging.getLogger(__name__)
 
 PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
 FINAL_MODELS = ("average", "best", "last")
+MAX_VOCAB_SIZE = 1_000_000  # 27x the paper's 37,000; far larger asks the BPE trainer for memory it aborts on
 PATH_FIELDS = (
     "train_source",
     "train_target",
@@ -261,6 +262,15 @@ class TrainOptions:
             raise ValueError(f"--lr_scale must be positive, got {self.lr_scale}.")
         if not 0 <= self.seed < 2**32:  # numpy's seed range: known now, not after the vocabulary is written
             raise ValueError(f"--seed must be between 0 and {2**32 - 1}, got {self.seed}.")
+        if self.vocab_size > MAX_VOCAB_SIZE:  # the BPE trainer aborts the process (Rust) at 10^9
+            raise ValueError(
+                f"--vocab_size must be at most {MAX_VOCAB_SIZE:,}, got {self.vocab_size:,} (the paper: 37,000)."
+            )
+        if self.max_tokens < self.max_length:  # a pair of max_length tokens would overflow every batch
+            raise ValueError(
+                f"--max_tokens {self.max_tokens} is below --max_length {self.max_length}: a kept pair may be "
+                "longer than a whole batch's budget. Raise --max_tokens or lower --max_length."
+            )
 
     def _check_combinations(self) -> None:
         """Settings that only make sense together."""
@@ -623,6 +633,16 @@ def _tokenizer_for(options: TrainOptions, train: Dataset, is_main_process: bool)
     )
     tokenizer.save_pretrained(tokenizer_dir)
     logger.info(f"joint BPE: {len(tokenizer):,} tokens in {time.perf_counter() - started:.1f} s")
+    if len(tokenizer) > options.vocab_size:
+        logger.warning(
+            f"warning: --vocab_size {options.vocab_size:,} is below the corpus's characters and special tokens: "
+            f"the vocabulary has {len(tokenizer):,} tokens, none of them merges."
+        )
+    elif len(tokenizer) < options.vocab_size:
+        logger.warning(
+            f"warning: the corpus gave {len(tokenizer):,} tokens, fewer than --vocab_size {options.vocab_size:,} "
+            "(no more pairs occur twice): the model's vocabulary has that size."
+        )
     return tokenizer
 
 
@@ -772,7 +792,13 @@ def _check_final_model(options: TrainOptions, translations: list[str], advice: s
             f"The final model has collapsed: {symptom}; no scores are reported. " + advice
         )
     if symptom:
-        logger.warning(f"warning: the final model looks collapsed ({symptom}); scoring it anyway, as asked")
+        why = (
+            "as --no_health_checks asks"
+            if not options.health_checks
+            else f"{options.max_steps} steps are too few to judge (the check starts at step "
+            f"{collapse_check_step(options.warmup_steps)})"
+        )
+        logger.warning(f"warning: the final model looks collapsed ({symptom}); scoring it anyway: {why}")
 
 
 def keep_decoding_settings(options: TrainOptions, model_dir: Path) -> None:

@@ -194,6 +194,14 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
             self.model.generation_config = generation_config
             self._window_started += time.perf_counter() - started  # dev decoding is not training time
 
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """transformers warns of "missing keys" on every --resume for the tied weights, which a checkpoint never
+        holds (the decoder's embedding and the output layer are the encoder's table, §3.4); only other keys are
+        worth a warning."""
+        tied = set(getattr(self.model, "_tied_weights_keys", None) or {})
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
 
 def build_trainer(
     model: PreTrainedModel,
