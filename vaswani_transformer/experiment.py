@@ -523,7 +523,10 @@ def _check_output_dir(options: TrainOptions) -> None:
 def _check_sharing(options: TrainOptions) -> None:
     """A push needs a valid repo id and a token, a tracker must be installed: known before training starts."""
     if options.push_to_hub is not None:
-        validate_repo_id(options.push_to_hub)
+        try:
+            validate_repo_id(options.push_to_hub)
+        except ValueError as error:  # the Hub's own rule, named with its flag
+            raise ValueError(f"--push_to_hub {options.push_to_hub!r}: {error}") from None
         if get_token() is None:
             raise ValueError(
                 f"--push_to_hub {options.push_to_hub} needs a Hub token: run `hf auth login` or set HF_TOKEN."

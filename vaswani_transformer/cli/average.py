@@ -21,6 +21,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.last < 1:
         parser.error(f"--last must be at least 1, got {args.last}")
+    if not args.run_dir.is_dir():
+        parser.error(
+            f"{args.run_dir}: no such run folder (give a training's --output_dir, with checkpoint-N folders)"
+        )
     return args
 
 

@@ -1,0 +1,455 @@
+"""Bad input to every command (issue 22): exit status 2, a message naming the flag or file, found before any
+training or decoding starts, nothing written anywhere and nothing that was there lost.
+
+Each case runs a command's `main` in a workspace of its own (corpus files, a trained miniature's model folder and
+run folder, and what the case sets up), with training and decoding made to fail the test if they start; the
+workspace is compared file by file before and after.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import transformers
+from huggingface_hub import constants
+
+from tests.conftest import TINY, tatoeba_files
+from vaswani_transformer import VaswaniTransformerForConditionalGeneration, experiment
+from vaswani_transformer.cli import average, evaluate, export, push, train
+from vaswani_transformer.cli import translate as translate_cli
+from vaswani_transformer.tokenization import train_bpe
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "train": train.main,
+    "translate": translate_cli.main,
+    "evaluate": evaluate.main,
+    "average": average.main,
+    "push": push.main,
+    "export": export.main,
+}
+
+
+@dataclass
+class Workspace:
+    """What a case works on: corpus files, a model folder, a run folder with checkpoints, and a free path."""
+
+    root: Path
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def model(self) -> str:
+        return str(self.root / "model")
+
+    @property
+    def run(self) -> str:
+        return str(self.root / "run")
+
+    @property
+    def new(self) -> str:
+        return str(self.root / "new")
+
+    def train_flags(self) -> list[str]:
+        """A valid small training, which each train case spoils in one way."""
+        flags = [item for name, path in self.files.items() for item in (f"--{name}", path)]
+        flags += ["--config_overrides", json.dumps(TINY), "--vocab_size", "300", "--max_tokens", "512"]
+        flags += ["--max_steps", "2", "--warmup_steps", "1", "--save_steps", "2", "--average_last", "1"]
+        return [*flags, "--dev_size", "0", "--eval_steps", "0", "--num_beams", "1", "--examples", "A dog."]
+
+    def write(self, name: str, content: str | bytes) -> str:
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+        return str(path)
+
+
+@dataclass
+class Case:
+    command: str
+    arguments: Callable[[Workspace], list[str]]
+    message: str | Callable[[Workspace], str]
+    setup: Callable[[Workspace], None] | None = None
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def overrides(text: str) -> Callable[[Workspace], list[str]]:
+    return lambda ws: [*ws.train_flags(), "--config_overrides", text, "--output_dir", ws.new]
+
+
+def train_with(*flags: str) -> Callable[[Workspace], list[str]]:
+    return lambda ws: [*ws.train_flags(), *flags, "--output_dir", ws.new]
+
+
+def without(flag: str) -> Callable[[Workspace], list[str]]:
+    def arguments(ws: Workspace) -> list[str]:
+        flags = ws.train_flags()
+        index = flags.index(flag)
+        return [*flags[:index], *flags[index + 2 :], "--output_dir", ws.new]
+
+    return arguments
+
+
+def line_count_mismatch(ws: Workspace) -> list[str]:
+    lines = Path(ws.files["train_target"]).read_text(encoding="utf-8").splitlines(keepends=True)
+    short = ws.write("short.target", "".join(lines[:-1]))
+    flags = ws.train_flags()
+    flags[flags.index("--train_target") + 1] = short
+    return [*flags, "--output_dir", ws.new]
+
+
+def corpus_replaced(flag: str, content: bytes) -> Callable[[Workspace], list[str]]:
+    def arguments(ws: Workspace) -> list[str]:
+        path = ws.write(f"replaced-{flag}", content)
+        flags = ws.train_flags()
+        flags[flags.index(f"--{flag}") + 1] = path
+        return [*flags, "--output_dir", ws.new]
+
+    return arguments
+
+
+def hold_lock(ws: Workspace) -> None:
+    folder = Path(ws.new)
+    folder.mkdir()
+    descriptor = os.open(folder / experiment.LOCK_FILE, os.O_CREAT | os.O_RDWR)
+    fcntl.flock(
+        descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB
+    )  # held until the test process ends: another training
+
+
+def user_files_in_run(ws: Workspace) -> None:
+    ws.write("run/src/important.py", "keep")
+
+
+def sources(ws: Workspace, content: bytes = b"I love you.\nNo.\n") -> str:
+    return ws.write("test.en", content)
+
+
+def evaluate_with(
+    *flags: str, references: bytes = b"Ich liebe dich.\nNein.\n"
+) -> Callable[[Workspace], list[str]]:
+    return lambda ws: [
+        ws.model,
+        "--source",
+        sources(ws),
+        "--references",
+        ws.write("test.de", references),
+        *flags,
+    ]
+
+
+CASES: dict[str, Case] = {
+    # train: numbers, checked before anything is written
+    "train max_steps 0": Case(
+        "train", train_with("--max_steps", "0"), "--max_steps must be at least 1, got 0"
+    ),
+    "train max_steps -1": Case("train", train_with("--max_steps", "-1"), "--max_steps must be at least 1"),
+    "train warmup 0": Case("train", train_with("--warmup_steps", "0"), "--warmup_steps must be at least 1"),
+    "train accumulation 0": Case(
+        "train",
+        train_with("--gradient_accumulation_steps", "0"),
+        "--gradient_accumulation_steps must be at least 1",
+    ),
+    "train vocab -1": Case("train", train_with("--vocab_size", "-1"), "--vocab_size must be at least 1"),
+    "train vocab 10^9": Case(
+        "train", train_with("--vocab_size", "1000000000"), "--vocab_size must be at most 1,000,000"
+    ),
+    "train max_length 0": Case("train", train_with("--max_length", "0"), "--max_length must be at least 1"),
+    "train max_tokens 1": Case(
+        "train", train_with("--max_tokens", "1"), "--max_tokens 1 is below --max_length"
+    ),
+    "train eval batch 0": Case(
+        "train", train_with("--eval_batch_size", "0"), "--eval_batch_size must be at least 1"
+    ),
+    "train beams 0": Case("train", train_with("--num_beams", "0"), "--num_beams must be at least 1"),
+    "train test sentences 0": Case(
+        "train", train_with("--max_test_sentences", "0"), "--max_test_sentences must be at least 1"
+    ),
+    "train lr_scale -1": Case("train", train_with("--lr_scale", "-1"), "--lr_scale must be positive"),
+    "train lr_scale 0": Case("train", train_with("--lr_scale", "0"), "--lr_scale must be positive"),
+    "train seed -1": Case("train", train_with("--seed", "-1"), "--seed must be between 0 and 4294967295"),
+    "train seed 2^33": Case(
+        "train", train_with("--seed", "8589934592"), "--seed must be between 0 and 4294967295"
+    ),
+    "train steps not a number": Case(
+        "train",
+        train_with("--max_steps", "many"),
+        "argument --max_steps/--max-steps: invalid int value: 'many'",
+    ),
+    "train precision unknown": Case(
+        "train",
+        train_with("--mixed_precision", "fp8"),
+        "argument --mixed_precision/--mixed-precision: invalid choice",
+    ),
+    "train preset unknown": Case(
+        "train", train_with("--preset", "huge"), "argument --preset: invalid choice: 'huge'"
+    ),
+    "train final_model unknown": Case(
+        "train", train_with("--final_model", "first"), "argument --final_model/--final-model: invalid choice"
+    ),
+    "train recipe unknown": Case(
+        "train",
+        lambda ws: ["--recipe", "wmt16", "--output_dir", ws.new],
+        "unknown recipe 'wmt16': choose one of",
+    ),
+    # train: the model's config, through --config_overrides
+    "train override typo": Case(
+        "train", overrides('{"init_schem": "xavier"}'), "'init_schem' is not a key of the model's config"
+    ),
+    "train override unknown": Case(
+        "train", overrides('{"nope": 1}'), "'nope' is not a key of the model's config"
+    ),
+    "train override type": Case(
+        "train", overrides('{"d_model": "big"}'), "Field 'd_model' expected int, got str"
+    ),
+    "train override vocab": Case("train", overrides('{"vocab_size": 5}'), "cannot set vocab_size"),
+    "train override value": Case("train", overrides('{"init_scheme": "he"}'), "init_scheme must be one of"),
+    "train override dropout 1": Case(
+        "train", overrides('{"attention_dropout": 1.0}'), "attention_dropout must be in [0, 1)"
+    ),
+    "train override not json": Case(
+        "train",
+        overrides("{d_model: 64"),
+        "argument --config_overrides/--config-overrides: invalid JsonDict value",
+    ),
+    "train dropout twice": Case(
+        "train", lambda ws: [*overrides('{"dropout": 0.1}')(ws), "--dropout", "0.3"], "dropout is given twice"
+    ),
+    # train: combinations
+    "train best without dev": Case(
+        "train", train_with("--final_model", "best"), "--final_model best needs dev evaluations"
+    ),
+    "train eval without dev": Case(
+        "train", train_with("--eval_steps", "100"), "--eval_steps needs a dev set"
+    ),
+    "train resume and overwrite": Case(
+        "train", train_with("--resume", "--overwrite"), "--resume continues the run in --output_dir"
+    ),
+    # train: files
+    "train source missing": Case(
+        "train",
+        train_with("--train_source", "/nonexistent/train.en"),
+        "--train_source /nonexistent/train.en: no such",
+    ),
+    "train source is a folder": Case(
+        "train",
+        lambda ws: train_with("--train_source", str(ws.root))(ws),
+        "is a folder: give the file inside it",
+    ),
+    "train test without target": Case(
+        "train", without("--test_target"), "is a text file: give its line-aligned --test_target too"
+    ),
+    "train line counts differ": Case("train", line_count_mismatch, "line counts differ"),
+    "train empty corpus": Case(
+        "train", corpus_replaced("train_source", b""), "replaced-train_source has 0 lines"
+    ),
+    "train tokenised refs alone": Case(
+        "train",
+        lambda ws: ["--test_references_tokenized", ws.files["test_target"], "--output_dir", ws.new],
+        "--test_references_tokenized needs the --test_source",
+    ),
+    "train bad repo id": Case(
+        "train",
+        train_with("--push_to_hub", "not a repo id"),
+        "--push_to_hub 'not a repo id': Repo id must use",
+    ),
+    # train: the run folder
+    "train output is a file": Case(
+        "train",
+        lambda ws: [*ws.train_flags(), "--output_dir", ws.files["train_source"]],
+        "is a file: give a folder",
+    ),
+    "train folder holds a run": Case(
+        "train",
+        lambda ws: [*ws.train_flags(), "--output_dir", ws.run],
+        "already holds a run. Continue it with --resume",
+    ),
+    "train folder not a run": Case(
+        "train", lambda ws: [*ws.train_flags(), "--output_dir", str(ws.root / "corpus")], "holds no run"
+    ),
+    "train overwrite user files": Case(
+        "train",
+        lambda ws: [*ws.train_flags(), "--output_dir", ws.run, "--overwrite"],
+        "holds a run and files no run writes (src)",
+        setup=user_files_in_run,
+    ),
+    "train folder in use": Case("train", train_with(), "is in use by another training", setup=hold_lock),
+    # translate
+    "translate no model": Case(
+        "translate", lambda ws: [str(ws.root / "missing"), "--device", "cpu"], "no such model folder"
+    ),
+    "translate beams 0": Case(
+        "translate", lambda ws: [ws.model, "--num_beams", "0"], "--num_beams must be at least 1"
+    ),
+    "translate batch 0": Case(
+        "translate", lambda ws: [ws.model, "--batch_size", "0"], "--batch_size must be at least 1, got 0"
+    ),
+    "translate no input file": Case(
+        "translate", lambda ws: [ws.model, str(ws.root / "missing.en")], "missing.en: no such file"
+    ),
+    "translate latin-1 file": Case(
+        "translate",
+        lambda ws: [ws.model, "--num_beams", "1", sources(ws, "caf\u00e9\n".encode("latin-1"))],
+        "is not UTF-8 text (byte 0xe9 on line 1)",
+    ),
+    "translate a million beams": Case(
+        "translate",
+        lambda ws: [ws.model, "--num_beams", "1000000", sources(ws)],
+        "lower --num_beams or --batch_size",
+    ),
+    "translate int8 in float16": Case(
+        "translate",
+        lambda ws: [ws.model, "--quantize", "int8", "--dtype", "float16"],
+        "--quantize int8 quantizes float32 weights, not float16 ones",
+    ),
+    "translate engine unknown": Case(
+        "translate", lambda ws: [ws.model, "--engine", "onnx"], "argument --engine: invalid choice: 'onnx'"
+    ),
+    "translate truncated weights": Case(
+        "translate",
+        lambda ws: [ws.model, sources(ws)],
+        "model.safetensors is damaged",
+        setup=lambda ws: truncate(Path(ws.model) / "model.safetensors"),
+    ),
+    "translate tokenizer of another run": Case(
+        "translate",
+        lambda ws: [ws.model, sources(ws)],
+        "they come from different runs",
+        setup=lambda ws: train_bpe(["a b c d e", "f g h"], 30).save_pretrained(ws.model),
+    ),
+    # evaluate
+    "evaluate name escapes": Case("evaluate", evaluate_with("--name", "../../escape"), "a name, not a path"),
+    "evaluate name absolute": Case("evaluate", evaluate_with("--name", "/tmp/x"), "a name, not a path"),
+    "evaluate name nested": Case("evaluate", evaluate_with("--name", "sub/dir"), "a name, not a path"),
+    "evaluate earlier scores": Case("evaluate", evaluate_with(), "holds an earlier evaluation's scores"),
+    "evaluate lines differ": Case(
+        "evaluate", evaluate_with("--name", "x", references=b"Nein.\n"), "must be line-aligned"
+    ),
+    "evaluate latin-1 references": Case(
+        "evaluate",
+        evaluate_with("--name", "x", references="Caf\u00e9.\nNein.\n".encode("latin-1")),
+        "test.de is not UTF-8 text",
+    ),
+    "evaluate no source": Case(
+        "evaluate",
+        lambda ws: [ws.model, "--source", str(ws.root / "none.en"), "--references", sources(ws)],
+        "none.en: no such file",
+    ),
+    "evaluate damaged config": Case(
+        "evaluate",
+        evaluate_with("--name", "x"),
+        "config.json is damaged, not valid JSON",
+        setup=lambda ws: truncate(Path(ws.model) / "config.json"),
+    ),
+    # average
+    "average last 0": Case("average", lambda ws: [ws.run, "--last", "0"], "--last must be at least 1, got 0"),
+    "average too many": Case("average", lambda ws: [ws.run, "--last", "50"], "asked to average the last 50"),
+    "average no run": Case("average", lambda ws: [str(ws.root / "missing")], "missing: no such run folder"),
+    # push
+    "push occupied local dir": Case(
+        "push",
+        lambda ws: [ws.model, "--repo_id", "tester/x", "--local_dir", ws.run],
+        "run is not empty: give a new or empty folder for the Hub files",
+    ),
+    "push bad repo id": Case(
+        "push",
+        lambda ws: [ws.model, "--repo_id", "not a repo id", "--local_dir", ws.new],
+        "--repo_id: Repo id must use alphanumeric chars",
+    ),
+    "push incomplete folder": Case(
+        "push",
+        lambda ws: [ws.model, "--repo_id", "tester/x", "--local_dir", ws.new],
+        "model.safetensors missing",
+        setup=lambda ws: (Path(ws.model) / "model.safetensors").unlink(),
+    ),
+    "push link out": Case(
+        "push",
+        lambda ws: [ws.model, "--repo_id", "tester/x", "--local_dir", ws.new],
+        "scores.json link to files outside the folder",
+        setup=lambda ws: (
+            (Path(ws.model) / "scores.json").unlink(),
+            (Path(ws.model) / "scores.json").symlink_to(ws.files["train_source"]),
+        ),
+    ),
+    # export
+    "export occupied folder": Case(
+        "export",
+        lambda ws: [ws.model, ws.run],
+        "run is not empty; choose another folder or pass overwrite=True",
+    ),
+    "export no model": Case("export", lambda ws: [str(ws.root / "missing"), ws.new], "no such model folder"),
+    "export truncated tokenizer": Case(
+        "export",
+        lambda ws: [ws.model, ws.new],
+        "tokenizer.json is damaged, not valid JSON",
+        setup=lambda ws: truncate(Path(ws.model) / "tokenizer.json"),
+    ),
+}
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under `root` with its content's hash (links: their target; folders: a mark)."""
+    state = {}
+    for path in sorted(root.rglob("*")):
+        name = str(path.relative_to(root))
+        if path.is_symlink():
+            state[name] = f"link to {os.readlink(path)}"
+        elif path.is_dir():
+            state[name] = "folder"
+        else:
+            state[name] = hashlib.sha1(path.read_bytes()).hexdigest()
+    return state
+
+
+@pytest.fixture
+def workspace(trained_run, tmp_path: Path) -> Iterator[Workspace]:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    ws = Workspace(tmp_path, tatoeba_files(corpus, 150))
+    shutil.copytree(trained_run.model_dir, tmp_path / "model")
+    shutil.copytree(trained_run.output_dir, tmp_path / "run", ignore=shutil.ignore_patterns("final", "runs"))
+    yield ws
+
+
+@pytest.fixture
+def nothing_long_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training and decoding fail the test if they start: every bad input is found before them."""
+    monkeypatch.setattr(transformers.Trainer, "train", lambda *a, **k: pytest.fail("training started"))
+    monkeypatch.setattr(
+        VaswaniTransformerForConditionalGeneration,
+        "generate",
+        lambda *a, **k: pytest.fail("decoding started"),
+    )
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", "/nonexistent/token")  # no stored login either
+
+
+def test_there_are_at_least_60_cases_over_every_command() -> None:
+    assert len(CASES) >= 60 and {case.command for case in CASES.values()} == set(COMMANDS)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_bad_input_exits_2_naming_it_before_long_work_and_writes_nothing(
+    name: str, workspace: Workspace, nothing_long_starts, capsys
+) -> None:
+    case = CASES[name]
+    if case.setup is not None:
+        case.setup(workspace)
+    arguments = case.arguments(workspace)
+    before = snapshot(workspace.root)
+    try:
+        status = COMMANDS[case.command](arguments)
+    except SystemExit as exit_:  # argparse's own errors
+        status = exit_.code
+    error = capsys.readouterr().err
+    message = case.message(workspace) if callable(case.message) else case.message
+    assert status == 2, error
+    assert message in error and "Traceback" not in error
+    assert snapshot(workspace.root) == before  # nothing written, nothing lost
