@@ -119,6 +119,8 @@ def test_average_last_takes_the_numerically_latest_checkpoints(tmp_path: Path) -
         assert handle.metadata() == {"format": "pt"}
     assert (output / "config.json").read_text() == '{"step": 1000}'
     assert sorted(path.name for path in output.iterdir()) == ["config.json", "model.safetensors"]
+    # safetensors writes 0600; the averaged weights get a new file's permissions, like the config beside them
+    assert oct((output / "model.safetensors").stat().st_mode) == oct((output / "config.json").stat().st_mode)
 
 
 def test_average_last_refuses_more_checkpoints_than_the_run_has(tmp_path: Path) -> None:

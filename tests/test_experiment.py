@@ -271,6 +271,10 @@ def test_overwrite_deletes_only_what_a_run_wrote_and_only_after_the_corpora_load
     assert sorted(path.name for path in run.iterdir()) == [
         ".vaswani-train.lock", "checkpoint-2", "final", "tokenized", "tokenizer", "train_options.json",
     ]  # fmt: skip
+    # weights in the run folder have a new file's permissions (safetensors writes 0600), as its options do
+    options_mode = (run / "train_options.json").stat().st_mode
+    assert (run / "checkpoint-2" / "model.safetensors").stat().st_mode == options_mode
+    assert (run / "final" / "model.safetensors").stat().st_mode == options_mode
 
 
 def test_a_run_folder_in_use_stops_a_second_training_before_it_writes(tmp_path: Path, capsys) -> None:

@@ -13,6 +13,25 @@ import torch
 from safetensors.torch import load_file, save_file
 
 WEIGHTS_NAME = "model.safetensors"
+
+
+def new_file_mode(folder: Path) -> int:
+    """The permissions a new file gets in `folder` (0666 less the umask), read from a file made for the purpose."""
+    probe = folder / ".new-file-mode"
+    probe.unlink(missing_ok=True)
+    os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    try:
+        return probe.stat().st_mode & 0o777
+    finally:
+        probe.unlink()
+
+
+def with_usual_permissions(weights: Path) -> None:
+    """Give weights safetensors wrote (always 0600) the permissions of any new file, so that a run folder shared
+    with others, and the Hub folder made from it, can be read as the user's other files can."""
+    os.chmod(weights, new_file_mode(weights.parent))
+
+
 TRAINER_STATE_NAME = (
     "trainer_state.json"  # the Trainer writes it last, after weights, optimizer and RNG state
 )
@@ -161,6 +180,7 @@ def average_checkpoints(checkpoint_dirs: Sequence[Path], output_dir: Path) -> Pa
         _drop_scores(output_dir)  # they describe the weights about to be replaced
         temporary = output_dir / f".{WEIGHTS_NAME}.tmp"
         save_file(averaged, temporary, metadata={"format": "pt"})
+        with_usual_permissions(temporary)
         os.replace(temporary, output_dir / WEIGHTS_NAME)
         _copy_model_files(checkpoint_dirs[-1], output_dir)
     except (

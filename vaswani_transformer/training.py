@@ -22,6 +22,7 @@ from transformers import (
 )
 from transformers.trainer_callback import PrinterCallback
 
+from .checkpoints import with_usual_permissions
 from .data import PaddedPairBatches, TokenBudgetBatchSampler, already_collated
 from .monitoring import TrainingProgress
 from .precision import bf16_is_faster, bf16_reason
@@ -193,6 +194,14 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         finally:
             self.model.generation_config = generation_config
             self._window_started += time.perf_counter() - started  # dev decoding is not training time
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Checkpoints and saved models as transformers writes them, with the weights' permissions those of any
+        new file (safetensors writes 0600)."""
+        super()._save(output_dir, state_dict)
+        weights = Path(output_dir if output_dir is not None else self.args.output_dir) / "model.safetensors"
+        if weights.is_file():
+            with_usual_permissions(weights)
 
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         """transformers warns of "missing keys" on every --resume for the tied weights, which a checkpoint never
