@@ -247,3 +247,27 @@ def test_a_failed_push_keeps_the_run_and_says_how_to_retry(trained_run, fake_hub
     assert "pushing to tester/read-only failed" in message and "403" in message
     assert f"vaswani-push {trained_run.model_dir} --repo_id tester/read-only" in message
     assert (trained_run.model_dir / "model.safetensors").is_file()
+
+
+def test_a_failed_local_dir_write_leaves_no_partial_folder(trained_run, tmp_path: Path, monkeypatch) -> None:
+    """The Hub files are written to a temporary folder and renamed once complete: a full disk halfway leaves
+    neither a partial --local_dir nor the temporary folder."""
+    from vaswani_transformer import hub
+
+    copy = hub.shutil.copyfile
+
+    def full_disk(source, destination, *args, **kwargs):
+        if Path(destination).name == "model.safetensors":
+            raise OSError(28, "No space left on device")
+        return copy(source, destination, *args, **kwargs)
+
+    monkeypatch.setattr(hub.shutil, "copyfile", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_hub_folder(trained_run.model_dir, tmp_path / "hub", "tester/x")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    (tmp_path / "hub").mkdir()  # an empty folder is taken and filled
+    assert {path.name for path in write_hub_folder(trained_run.model_dir, tmp_path / "hub", "tester/x")} >= {
+        "model.safetensors", "README.md", "translate.py",
+    }  # fmt: skip
+    assert [path.name for path in tmp_path.iterdir()] == ["hub"]

@@ -8,6 +8,7 @@ folder and a pushed repo load alike, with or without this package installed.
 import json
 import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -322,23 +323,40 @@ def _with_remote_pipeline(config_file: Path) -> None:
 
 
 def write_hub_folder(model_dir: str | Path, local_dir: str | Path, repo_id: str) -> list[Path]:
-    """Write into `local_dir` (new or empty) exactly the files `push_to_hub` uploads; returns them."""
+    """Write into `local_dir` (new or empty) exactly the files `push_to_hub` uploads; returns them.
+
+    The files go to a temporary folder beside it, renamed to `local_dir` once complete: a failure (a full disk)
+    leaves no partial folder."""
     source = check_model_folder(model_dir)
     destination = Path(local_dir)
     if destination.exists() and any(destination.iterdir()):
         raise FileExistsError(f"{destination} is not empty: give a new or empty folder for the Hub files.")
     card = build_model_card(source, repo_id)  # before any file is written: fails on an unreadable folder
-    destination.mkdir(parents=True, exist_ok=True)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = destination.parent / f".{destination.name}.{uuid.uuid4().hex}.partial"
+    staging.mkdir()  # a new folder's usual permissions (mkdtemp would make it 0700)
+    try:
+        _fill_hub_folder(source, staging, card)
+        if destination.exists():
+            destination.rmdir()  # empty, checked above
+        staging.rename(destination)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return sorted(destination.iterdir())
+
+
+def _fill_hub_folder(source: Path, folder: Path, card: ModelCard) -> None:
+    """The model's files, the pipeline's code, the config naming it, and the card."""
     # copyfile, not copy2: new files with the user's usual permissions (safetensors writes weights 0600)
     for name in [*model_files(source), *OPTIONAL_FILES]:
         if (source / name).is_file():
-            shutil.copyfile(source / name, destination / name)
+            shutil.copyfile(source / name, folder / name)
     pipeline_file = Path(__file__).with_name(PIPELINE_FILE)
     for name in (PIPELINE_FILE, *sibling_imports(pipeline_file)):
-        shutil.copyfile(pipeline_file.with_name(name), destination / name)
-    _with_remote_pipeline(destination / "config.json")
-    card.save(destination / CARD_FILE)
-    return sorted(destination.iterdir())
+        shutil.copyfile(pipeline_file.with_name(name), folder / name)
+    _with_remote_pipeline(folder / "config.json")
+    card.save(folder / CARD_FILE)
 
 
 def push_to_hub(
