@@ -105,3 +105,16 @@ def test_readme_commands_run_in_miniature(shared_data: Path, tmp_path: Path) -> 
     assert (tmp_path / "runs" / "tatoeba-en-de" / "ct2" / "model.bin").is_file()
     assert (tmp_path / "hub" / "tatoeba-en-de" / "README.md").is_file()
     assert (tmp_path / "pictures" / "positional_encoding.png").is_file()
+
+
+def test_readme_lists_the_bad_input_suite_case_for_case() -> None:
+    """The README's list of tests/test_bad_inputs.py's cases, by command, is the suite's own list."""
+    from tests.test_bad_inputs import CASES
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = text[text.index(f"The {len(CASES)} cases of `tests/test_bad_inputs.py`") :].split("\n\n")[1]
+    listed: set[str] = set()
+    for item in " ".join(block.split()).removeprefix("- ").split(" - "):
+        command, names = item.split(": ", 1)
+        listed |= {f"{command} {name}" for name in names.removesuffix(".").split("; ")}
+    assert listed == set(CASES)
