@@ -1,7 +1,10 @@
 """Translating: translate(), the registered `vaswani-translation` pipeline and the `vaswani-translate` command."""
 
 import io
+import json
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,18 @@ def test_pipeline_gives_the_translations_of_translate(trained_run, loaded) -> No
     assert [r["translation_text"] for r in translator(SENTENCES, batch_size=3)] == expected  # padded batch
     greedy = translate(SENTENCES, *loaded, num_beams=1)
     assert [r["translation_text"] for r in translator(SENTENCES, num_beams=1)] == greedy
+    model, tokenizer = loaded  # issue 23, item 5: num_return_sequences gave "too many values to unpack"
+    n_best = translator(
+        SENTENCES[:3], num_beams=4, num_return_sequences=2, batch_size=2, decoding_dtype=torch.float32
+    )
+    for sentence, results in zip(SENTENCES[:3], n_best, strict=True):
+        with torch.no_grad():
+            ids = model.generate(
+                **tokenizer(sentence, return_tensors="pt"), num_beams=4, num_return_sequences=2
+            )
+        texts = [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
+        assert [result["translation_text"] for result in results] == texts
+    assert len(translator(SENTENCES[0], num_return_sequences=2)) == 2
 
 
 @pytest.mark.parametrize("native_bf16", [True, False])
@@ -173,3 +188,44 @@ def test_a_batch_that_cannot_fit_in_memory_is_refused_before_it_decodes(
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"I love you.\n"), encoding="utf-8"))
     assert translate_cli.main([str(trained_run.model_dir), "--num_beams", "1000000"]) == 2
     assert "lower --num_beams or --batch_size" in capsys.readouterr().err
+
+
+def test_every_save_carries_the_pipeline_to_a_fresh_interpreter(loaded, tmp_path: Path) -> None:
+    """Issue 23, item 1: only vaswani-push shipped the pipeline's code; a folder from save_pretrained (as
+    Trainer.save_model and push_to_hub write it) had none. Now every save carries it: without the package, the
+    pipeline translates as translate() does, and so does a folder saved again from the remote-code model."""
+    from vaswani_transformer import PIPELINE_TASK, VaswaniTranslationPipeline, remote_code
+
+    assert (PIPELINE_TASK, VaswaniTranslationPipeline.__name__) == (
+        remote_code.PIPELINE_TASK,
+        remote_code.PIPELINE_CLASS,
+    )
+    model, tokenizer = loaded
+    model.save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    config = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert config["custom_pipelines"]["vaswani-translation"]["impl"] == "translate.VaswaniTranslationPipeline"
+    expected = translate(SENTENCES, model, tokenizer, num_beams=2, dtype=torch.float32)
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.modules["vaswani_transformer"] = None  # the package must not be importable
+        import torch
+        from transformers import pipeline
+        results = []
+        for folder in ({str(tmp_path / "saved")!r}, {str(tmp_path / "resaved")!r}):
+            translator = pipeline("vaswani-translation", model=folder, trust_remote_code=True)
+            out = translator({SENTENCES!r}, num_beams=2, decoding_dtype=torch.float32, batch_size=2)
+            results.append([item["translation_text"] for item in out])
+            if folder.endswith("saved") and not folder.endswith("resaved"):
+                translator.model.save_pretrained({str(tmp_path / "resaved")!r})
+                translator.tokenizer.save_pretrained({str(tmp_path / "resaved")!r})
+        print(json.dumps(results))
+        """
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf")},
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert json.loads(completed.stdout.strip().splitlines()[-1]) == [expected, expected]

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
-from transformers.dynamic_module_utils import get_relative_imports
 
 from .evaluation import decoding_settings, load_for_decoding
-from .translate import PIPELINE_TASK, VaswaniTranslationPipeline, translate
+from .remote_code import ship_translation_pipeline, sibling_imports
+from .translate import translate
 
 MODELING_FILE = "modeling_vaswani_transformer.py"
 REQUIRED_FILES = (
@@ -37,7 +37,6 @@ OPTIONAL_FILES = (
     "training_run.json",
     "training_curve.png",
 )
-PIPELINE_FILE = "translate.py"
 CARD_FILE = "README.md"
 NOT_RECORDED = "not recorded (the folder has no train_options.json, which vaswani-train writes)"
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French"}
@@ -73,20 +72,6 @@ class TrainedModel:
     run: dict[str, Any]
     num_parameters: int
     example: tuple[str, str]
-
-
-def sibling_imports(code_file: Path) -> list[str]:
-    """The files beside `code_file` that it imports, directly or through each other (relative imports), which
-    remote code must ship with it; a missing one is named too (and then reported missing)."""
-    found: list[str] = []
-    reading = [code_file] if code_file.is_file() else []
-    while reading:
-        for name in get_relative_imports(reading.pop()):
-            if f"{name}.py" not in found:
-                found.append(f"{name}.py")
-                if (sibling := code_file.with_name(f"{name}.py")).is_file():
-                    reading.append(sibling)
-    return found
 
 
 def model_files(folder: Path) -> list[str]:
@@ -303,21 +288,12 @@ def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
     )
 
 
-def _with_remote_pipeline(config_file: Path) -> None:
-    """Declare the translation pipeline (remote code in translate.py) in config.json, and `AutoModel` in its
-    auto_map (which folders saved by earlier versions of this package lack)."""
+def _with_auto_model(config_file: Path) -> None:
+    """`AutoModel` in config.json's auto_map, which folders saved by earlier versions of this package lack."""
     config = json.loads(config_file.read_text(encoding="utf-8"))
     config["auto_map"] = {
         **config.get("auto_map", {}),
         "AutoModel": "modeling_vaswani_transformer.VaswaniTransformerModel",
-    }
-    config["custom_pipelines"] = {
-        PIPELINE_TASK: {
-            "impl": f"{Path(PIPELINE_FILE).stem}.{VaswaniTranslationPipeline.__name__}",
-            "pt": ["AutoModelForSeq2SeqLM"],
-            "tf": [],
-            "type": "text",
-        }
     }
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -352,10 +328,8 @@ def _fill_hub_folder(source: Path, folder: Path, card: ModelCard) -> None:
     for name in [*model_files(source), *OPTIONAL_FILES]:
         if (source / name).is_file():
             shutil.copyfile(source / name, folder / name)
-    pipeline_file = Path(__file__).with_name(PIPELINE_FILE)
-    for name in (PIPELINE_FILE, *sibling_imports(pipeline_file)):
-        shutil.copyfile(pipeline_file.with_name(name), folder / name)
-    _with_remote_pipeline(folder / "config.json")
+    ship_translation_pipeline(folder)  # a folder saved by an older version may lack the pipeline's code
+    _with_auto_model(folder / "config.json")
     card.save(folder / CARD_FILE)
 
 

@@ -8,6 +8,7 @@ loss and §6.1 beam search with the GNMT length penalty.
 import inspect
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani_transformer import VaswaniTransformerConfig
 from .generation_vaswani_transformer import beam_search, is_plain_request
+from .remote_code import ship_translation_pipeline
 
 
 # §3.5 Positional Encoding
@@ -355,7 +357,8 @@ class VaswaniTransformerPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory: Any, *args: Any, **kwargs: Any) -> None:
         """As transformers saves, with `AutoModel` (the encoder-decoder body) in the remote-code `auto_map` too,
-        so that every saved model of this family loads with both Auto classes and `trust_remote_code=True`.
+        so that every saved model of this family loads with both Auto classes and `trust_remote_code=True`, and
+        with the translation pipeline's code (`remote_code.ship_translation_pipeline`).
 
         FSDP2 shards a model by giving it a subclass defined in torch; while saving, the model is its own class
         again, so the folder gets this file and an `auto_map` naming it, not torch's FSDP code.
@@ -368,6 +371,8 @@ class VaswaniTransformerPreTrainedModel(PreTrainedModel):
                 auto_map = getattr(self.config, "auto_map", None) or {}
                 self.config.auto_map = {**auto_map, "AutoModel": f"{module}.VaswaniTransformerModel"}
             super().save_pretrained(save_directory, *args, **kwargs)
+            if self._auto_class is not None and kwargs.get("is_main_process", args[0] if args else True):
+                ship_translation_pipeline(Path(save_directory), self.config.name_or_path)
         finally:
             self.__class__ = sharded_class
 

@@ -139,7 +139,8 @@ class VaswaniTranslationPipeline(Pipeline):
 
     Keyword arguments of the call (`num_beams=1`, `max_new_tokens=...`) override the model's generation config,
     which holds the paper's decoding (§6.1). Like transformers 4's translation pipeline, one sentence gives a
-    list with one result and a list of sentences gives one result per sentence; `batch_size=` batches them.
+    list with one result and a list of sentences gives one result per sentence (a list of them per sentence with
+    `num_return_sequences=2`); `batch_size=` batches them.
     """
 
     _load_processor = False
@@ -171,12 +172,21 @@ class VaswaniTranslationPipeline(Pipeline):
         """generate() in `translate`'s precision: bfloat16 autocast on such devices unless `decoding_dtype`."""
         precision = decoding_precision(self.model.dtype, self.model.device, decoding_dtype)
         with autocast_to(precision, self.model.dtype, self.model.device):
-            return {"output_ids": self.model.generate(**model_inputs, **generate_kwargs)}
+            output_ids = self.model.generate(**model_inputs, **generate_kwargs)
+        sentences = model_inputs["input_ids"].shape[0]
+        # (sentences, num_return_sequences, length): the pipeline splits a batch's outputs by sentence
+        return {"output_ids": output_ids.reshape(sentences, output_ids.shape[0] // sentences, -1)}
 
-    def postprocess(self, model_outputs: dict[str, torch.Tensor]) -> dict[str, str]:
-        (text,) = self.tokenizer.batch_decode(model_outputs["output_ids"], skip_special_tokens=True)
-        return {"translation_text": text.strip()}
+    def postprocess(self, model_outputs: dict[str, torch.Tensor]) -> list[dict[str, str]]:
+        texts = self.tokenizer.batch_decode(model_outputs["output_ids"][0], skip_special_tokens=True)
+        return [{"translation_text": text.strip()} for text in texts]
 
-    def __call__(self, inputs: str | list[str], **kwargs: Any) -> list[dict[str, str]]:
+    def __call__(
+        self, inputs: str | list[str], **kwargs: Any
+    ) -> list[dict[str, str]] | list[list[dict[str, str]]]:
+        """One sentence: its translations (one unless `num_return_sequences`); several: one translation each, or
+        a list of them per sentence when `num_return_sequences` asks for more, as transformers 4 gave them."""
         results = super().__call__(inputs, **kwargs)
-        return [results] if isinstance(inputs, str) else results
+        if isinstance(inputs, str) or any(len(result) > 1 for result in results):
+            return results
+        return [result for (result,) in results]

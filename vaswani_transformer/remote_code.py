@@ -1,0 +1,74 @@
+"""The translation pipeline travels with every saved model, as remote code.
+
+transformers 5 has no `translation` pipeline, so `pipeline("vaswani-translation", model=folder,
+trust_remote_code=True)` needs the pipeline's code (translate.py and what it imports) in the folder and declared in
+its config.json. `save_pretrained` (and so `Trainer.save_model`, `Trainer.push_to_hub`, checkpoints) calls
+`ship_translation_pipeline`, as `vaswani-push` does; a model loaded as remote code takes the code from where it
+was loaded. Shipped beside the model file as remote code itself: it imports only the standard library and
+transformers, and never translate.py (a model must load without it).
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+from transformers.dynamic_module_utils import get_relative_imports
+from transformers.utils import cached_file
+
+PIPELINE_FILE = "translate.py"
+PIPELINE_TASK = "vaswani-translation"  # translate.PIPELINE_TASK (tested equal)
+PIPELINE_CLASS = "VaswaniTranslationPipeline"
+
+
+def sibling_imports(code_file: Path) -> list[str]:
+    """The files beside `code_file` that it imports, directly or through each other (relative imports), which
+    remote code must ship with it; a missing one is named too (and then reported missing)."""
+    found: list[str] = []
+    reading = [code_file] if code_file.is_file() else []
+    while reading:
+        for name in get_relative_imports(reading.pop()):
+            if f"{name}.py" not in found:
+                found.append(f"{name}.py")
+                if (sibling := code_file.with_name(f"{name}.py")).is_file():
+                    reading.append(sibling)
+    return found
+
+
+def pipeline_code(loaded_from: str | None) -> list[Path]:
+    """translate.py and the files it imports: the package's own, or, for a model loaded as remote code (whose
+    module folder holds only the model's files), those of the folder or Hub repo it was loaded from; [] when any
+    is missing there."""
+    package_copy = Path(__file__).with_name(PIPELINE_FILE)
+    if package_copy.is_file():
+        return [package_copy.with_name(name) for name in (PIPELINE_FILE, *sibling_imports(package_copy))]
+    if not loaded_from:
+        return []
+    found: list[Path] = []
+    wanted = [PIPELINE_FILE]
+    while wanted:
+        name = wanted.pop()
+        where = cached_file(loaded_from, name, _raise_exceptions_for_missing_entries=False)
+        if where is None:
+            return []
+        found.append(Path(where))
+        named = {*wanted, *(path.name for path in found)}
+        wanted += [f"{module}.py" for module in get_relative_imports(where) if f"{module}.py" not in named]
+    return found
+
+
+def ship_translation_pipeline(folder: Path, loaded_from: str | None = None) -> None:
+    """Copy the pipeline's code (`pipeline_code`) into a saved model folder and declare it in its config.json; a
+    folder whose pipeline code cannot be found declares no pipeline it does not hold."""
+    config_file = folder / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    if code := pipeline_code(loaded_from):
+        for source in code:
+            if not (folder / source.name).exists() or not (folder / source.name).samefile(source):
+                shutil.copyfile(source, folder / source.name)
+        impl = f"{Path(PIPELINE_FILE).stem}.{PIPELINE_CLASS}"
+        config["custom_pipelines"] = {
+            PIPELINE_TASK: {"impl": impl, "pt": ["AutoModelForSeq2SeqLM"], "tf": [], "type": "text"}
+        }
+    else:
+        config.pop("custom_pipelines", None)
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
