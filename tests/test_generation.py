@@ -115,6 +115,27 @@ def test_other_requests_go_to_transformers_search(monkeypatch: pytest.MonkeyPatc
     assert calls == []
 
 
+@pytest.mark.parametrize("as_dict", [False, True])  # the plain search and transformers' (scores in a dict)
+def test_beam_outputs_are_padded_with_the_pad_id_after_eos(as_dict: bool) -> None:
+    """Issue 23, item 4: beam outputs were padded with EOS (transformers fills with `pad or eos`, and the pad id
+    is 0); now with the pad id, as greedy search's and Marian's, so lengths counted by the pad id are right."""
+    model = eos_competing_model("sdpa")
+    settings = {"num_beams": 4, "max_new_tokens": 12, "num_return_sequences": 2}
+    output = model.generate(
+        **SOURCE_BATCH, **settings, output_scores=as_dict, return_dict_in_generate=as_dict
+    )
+    sequences = output.sequences if as_dict else output
+    eos, pad = model.config.eos_token_id, model.config.pad_token_id
+    generated = sequences[:, 1:]
+    is_eos = generated == eos
+    assert (is_eos.sum(-1) <= 1).all()  # one EOS at most, then padding
+    ends = torch.where(is_eos.any(-1), is_eos.int().argmax(-1), generated.shape[1])
+    assert (ends < generated.shape[1] - 1).any()  # some sequences ended early and were padded
+    positions = torch.arange(generated.shape[1])
+    assert torch.equal(generated == pad, positions > ends.unsqueeze(1))
+    assert torch.equal((sequences != pad).sum(-1), torch.clamp(ends + 2, max=sequences.shape[1]))
+
+
 HOST_SYNCS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__}
 HOST_SYNCS |= {torch.Tensor.__float__, torch.Tensor.__index__, torch.Tensor.nonzero}
 

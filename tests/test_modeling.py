@@ -506,7 +506,8 @@ def test_gradient_checkpointing_gives_the_same_gradients(source_batch) -> None:
 
 def test_loss_is_label_smoothed_per_token(tiny_model, source_batch) -> None:
     labels = torch.tensor([[20, 21, 3], [30, 3, -100]])
-    out = tiny_model(**source_batch, labels=labels)
+    with torch.no_grad():  # in training mode (eval mode gives the plain NLL); tiny_config has no dropout
+        out = tiny_model.train()(**source_batch, labels=labels)
     log_probs = out.logits.log_softmax(-1)
     keep = labels != -100
     nll = -log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)[keep]
@@ -560,7 +561,28 @@ def test_fused_loss_is_only_taken_when_training_with_gradients(source_batch) -> 
         no_grad = model(**source_batch, labels=labels)
     evaluated = model.eval()(**source_batch, labels=labels)
     torch.testing.assert_close(no_grad.logits, evaluated.logits)  # dropout is 0: train and eval agree
-    torch.testing.assert_close(evaluated.loss, model.label_smoothed_loss(evaluated.logits, labels))
+    torch.testing.assert_close(
+        evaluated.loss, model.label_smoothed_loss(evaluated.logits, labels, label_smoothing=0)
+    )
+
+
+def test_eval_mode_loss_is_the_plain_negative_log_likelihood(source_batch) -> None:
+    """Issue 23, item 3: eval_loss was label-smoothed (1.399 against 0.229 plain on one pair), so perplexity from
+    it meant nothing. Training keeps §5.4's smoothed loss; eval mode gives mean −log p(label)."""
+    torch.manual_seed(0)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config())
+    labels = torch.tensor([[20, 21, 3], [30, 3, -100]])
+    keep = labels != -100
+    evaluated = model.eval()(**source_batch, labels=labels)
+    log_probs = evaluated.logits.log_softmax(-1)
+    nll = -log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)[keep].mean()
+    assert evaluated.loss.item() == pytest.approx(nll.item(), rel=1e-5)
+    with torch.no_grad():  # training mode without gradients takes the unfused path: smoothed there too
+        trained = model.train()(**source_batch, labels=labels)
+    assert trained.loss.item() == pytest.approx(
+        model.label_smoothed_loss(trained.logits, labels).item(), rel=1e-5
+    )
+    assert trained.loss.item() != pytest.approx(evaluated.loss.item(), rel=1e-4)  # same logits, other loss
 
 
 def test_checkpoint_saved_before_the_fused_loss_loads_and_trains_identically(

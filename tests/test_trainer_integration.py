@@ -3,6 +3,7 @@
 import random
 from pathlib import Path
 
+import pytest
 import torch
 from datasets import Dataset
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
@@ -87,3 +88,40 @@ def test_gradient_accumulation_equals_one_big_batch(letter_tokenizer, tmp_path: 
     initial = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=len(letter_tokenizer)))
     assert not torch.allclose(weights[0], initial.model.encoder.layers[0].self_attn.q_proj.weight)
     torch.testing.assert_close(weights[0], weights[1], rtol=1e-5, atol=1e-6)
+
+
+def test_eval_loss_is_plain_cross_entropy_and_label_smoothing_factor_is_honoured(
+    letter_tokenizer, tmp_path: Path
+) -> None:
+    """Issue 23, item 3: `eval_loss` is the plain per-token negative log-likelihood (it was label-smoothed), and a
+    Trainer's `label_smoothing_factor` replaces the model's ε with its own (transformers' LabelSmoother), in
+    training and evaluation alike, as for any transformers model."""
+    torch.manual_seed(0)
+    # wide initial weights: peaked predictions, on which smoothing changes the loss clearly
+    model = VaswaniTransformerForConditionalGeneration(
+        tiny_config(vocab_size=len(letter_tokenizer), init_std=0.5)
+    )
+    dataset = reversal_dataset(letter_tokenizer, 8, seed=2)
+    batch = DataCollatorForSeq2Seq(letter_tokenizer, model=model)([dataset[i] for i in range(8)])
+    labels = batch.pop("labels")
+
+    def mean_loss(smoothing: float) -> float:
+        with torch.no_grad():
+            logits = model.eval()(**batch).logits
+        return torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), labels.flatten(), ignore_index=-100, label_smoothing=smoothing
+        ).item()
+
+    plain, smoothed = mean_loss(0.0), mean_loss(0.2)
+    assert abs(plain - smoothed) > 0.01  # far beyond the comparisons' tolerance below
+    settings = {"per_device_eval_batch_size": 8, "predict_with_generate": False}
+    trainer = trainer_for(model, letter_tokenizer, dataset, tmp_path / "plain", **settings)
+    assert trainer.evaluate(dataset)["eval_loss"] == pytest.approx(plain, rel=1e-5)
+    trainer = trainer_for(
+        model, letter_tokenizer, dataset, tmp_path / "smoothed", label_smoothing_factor=0.2, **settings
+    )
+    assert trainer.evaluate(dataset)["eval_loss"] == pytest.approx(smoothed, rel=1e-5)
+    with torch.no_grad():  # training: the Trainer's ε = 0.2, not the model's 0.1 (tiny_config has no dropout)
+        assert trainer.compute_loss(model.train(), {**batch, "labels": labels}).item() == pytest.approx(
+            smoothed, rel=1e-5
+        )

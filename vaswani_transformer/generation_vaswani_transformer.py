@@ -201,3 +201,20 @@ def beam_search(
     beam_indices = model._flatten_beam_dim(beam_indices[:, :num_return_sequences, :])
     generated = (beam_indices + 1).bool().sum(dim=1).max()
     return sequences[:, : decoder_prompt_len + generated]
+
+
+def pad_after_end(
+    sequences: torch.LongTensor, prompt_length: int, generation_config: Any
+) -> torch.LongTensor:
+    """Beam search's sequences with the pad id after each one's first generated EOS. transformers' beam search
+    fills them with EOS when the pad id is 0 (`pad or eos`, a falsy tensor); greedy search pads with the pad id,
+    and lengths are counted by it. Sequences that ran to the length limit are left as they are."""
+    pad_token_id = generation_config._pad_token_tensor
+    eos_token_id = generation_config._eos_token_tensor
+    if pad_token_id is None or eos_token_id is None:
+        return sequences
+    ends = torch.isin(sequences[:, prompt_length:], eos_token_id).int()  # (sequences, generated)
+    after_end = (ends.cumsum(dim=1) - ends) > 0  # an EOS came earlier
+    padded = sequences.clone()
+    padded[:, prompt_length:] = padded[:, prompt_length:].masked_fill(after_end, pad_token_id)
+    return padded

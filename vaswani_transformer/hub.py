@@ -234,6 +234,23 @@ def _training_text(trained: TrainedModel, description: str) -> str:
     return "\n".join(lines)
 
 
+def _training_summary(options: dict[str, Any]) -> str:
+    """The introduction's claim about training: the paper's loss and optimiser only where the folder records a
+    vaswani-train run (a model fine-tuned elsewhere, say with the stock Trainer, may have used anything)."""
+    if not options:
+        return "How it was trained is not recorded in its folder (no train_options.json)."
+    return (
+        "Trained by `vaswani-train` with label smoothing 0.1 and Adam(0.9, 0.98, 1e-9) on the warm-up / "
+        "inverse-square-root schedule."
+    )
+
+
+def _recorded_base_model(folder: Path) -> str | list[str] | None:
+    """The `base_model` a card already in the folder names (the Trainer's card of a fine-tune does), else None."""
+    card_file = folder / CARD_FILE
+    return ModelCard.load(card_file).data.base_model if card_file.is_file() else None
+
+
 def _precision_text(run: dict[str, Any]) -> str:
     """The training precision, with who chose it when the run recorded that."""
     chosen_by = run.get("mixed_precision_chosen_by")
@@ -250,8 +267,9 @@ def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
         language=[source, target] if options else None,
         license="apache-2.0",
         library_name="transformers",
-        pipeline_tag="translation",
+        # no pipeline_tag: "translation" would point the Hub's widget at a pipeline transformers 5 no longer has
         tags=["translation", "vaswani_transformer", "custom_code"],
+        base_model=_recorded_base_model(trained.folder),
         datasets=[dataset_id] if dataset_id else None,
         metrics=["bleu"],
         model_name=repo_id.rpartition("/")[2],
@@ -282,6 +300,7 @@ def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
         lowercase_note=", lowercased input" if options.get("lowercase") else "",
         init_scheme=config.init_scheme,
         training=_training_text(trained, description),
+        training_summary=_training_summary(options),
         training_data_short=description.split(" (")[0] if options else "its training data",
         evaluation=_evaluation_text(trained),
         data_credit=credit,

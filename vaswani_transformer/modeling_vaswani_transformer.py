@@ -33,7 +33,7 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani_transformer import VaswaniTransformerConfig
-from .generation_vaswani_transformer import beam_search, is_plain_request
+from .generation_vaswani_transformer import beam_search, is_plain_request, pad_after_end
 from .remote_code import ship_translation_pipeline
 
 
@@ -725,9 +725,14 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     def label_smoothed_loss(
-        self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
+        self,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        label_smoothing: float | None = None,
     ) -> torch.Tensor:
-        """§5.4 label smoothing (ε_ls = config.label_smoothing), summed over tokens, divided by the token count.
+        """§5.4 label smoothing (ε_ls = config.label_smoothing unless given; 0 is the plain negative
+        log-likelihood), summed over tokens, divided by the token count.
 
         The count is the Trainer's `num_items_in_batch` (all target tokens of the accumulated batch) when given,
         so that accumulating 2 batches of B equals one batch of 2B; otherwise this batch's non-ignored tokens.
@@ -737,7 +742,7 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
             labels.reshape(-1),
             ignore_index=-100,
             reduction="sum",
-            label_smoothing=self.config.label_smoothing,
+            label_smoothing=self.config.label_smoothing if label_smoothing is None else label_smoothing,
         )
         return self._per_token(loss, labels, num_items_in_batch)
 
@@ -816,7 +821,10 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
         else:
             logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab)
             if labels is not None:
-                loss = self.label_smoothed_loss(logits, labels, num_items_in_batch)
+                # §5.4: smoothing regularises training ("hurts perplexity"); in eval mode the loss is the plain
+                # negative log-likelihood per token, so eval_loss gives the perplexity (exp) of Table 3
+                smoothing = None if self.training else 0.0
+                loss = self.label_smoothed_loss(logits, labels, num_items_in_batch, smoothing)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -909,7 +917,8 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
     # transformers' step for step; the rest to transformers'. transformers compiles the decoding step of greedy
     # search over a static cache (on GPUs with CUDA graphs), but its beam search calls the model uncompiled. Under
     # the same conditions (static cache, a GPU or compile_config, compiling not disabled) beam search's steps run
-    # through a compiled forward too; a forward set on the model (say, compiled by hand) is used as it is.
+    # through a compiled forward too; a forward set on the model (say, compiled by hand) is used as it is. Both
+    # searches' outputs are padded with the pad id after EOS, as greedy search's are (`pad_after_end`).
     def _beam_search(
         self,
         input_ids: torch.LongTensor,
@@ -926,12 +935,17 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
             self.forward = self._compiled_forward(generation_config.compile_config)
         try:
             if is_plain_request(generation_config, logits_processor, synced_gpus):
-                return beam_search(self, input_ids, stopping_criteria, generation_config, **model_kwargs)
-            search = (input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus)
-            return super()._beam_search(*search, **model_kwargs)
+                output = beam_search(self, input_ids, stopping_criteria, generation_config, **model_kwargs)
+            else:
+                search = (input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus)
+                output = super()._beam_search(*search, **model_kwargs)
         finally:
             if compiles:
                 del self.forward  # back to the class's forward
+        if isinstance(output, torch.Tensor):
+            return pad_after_end(output, input_ids.shape[1], generation_config)
+        output.sequences = pad_after_end(output.sequences, input_ids.shape[1], generation_config)
+        return output
 
     def _compiled_forward(self, compile_config: Any) -> Callable:
         """`forward` compiled with `compile_config` (transformers' default: CUDA graphs), kept for reuse.

@@ -158,7 +158,7 @@ class TrainingProgress(TrainerCallback):
             # The Trainer records best_metric when it saves, after this log: fold the new score in here.
             best = max(logs["eval_bleu"], state.best_metric if state.best_metric is not None else -1.0)
             logger.info(
-                f"step {step}/{total}  dev: greedy BLEU {logs['eval_bleu']:.2f} (best {best:.2f}), loss {logs['eval_loss']:.3f}, "
+                f"step {step}/{total}  dev: greedy BLEU {logs['eval_bleu']:.2f} (best {best:.2f}), NLL {logs['eval_loss']:.3f}, "
                 f"{logs['eval_degenerate']:.0%} degenerate, {logs['eval_distinct']:.0%} distinct"
             )
         if "loss" in logs:

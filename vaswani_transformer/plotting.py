@@ -36,7 +36,7 @@ def plot_training_curve(
     figure = Figure(figsize=(7, 6.5 if dev_steps else 4))
     loss_axis, *bleu_axis = figure.subplots(2 if dev_steps else 1, 1, sharex=True, squeeze=False)[:, 0]
     loss_axis.plot(steps, losses, color="tab:blue", label="training loss (label-smoothed)")
-    loss_axis.plot(*_series(log_history, "eval_loss"), "o-", color="tab:green", label="dev loss")
+    loss_axis.plot(*_series(log_history, "eval_loss"), "o-", color="tab:green", label="dev loss (plain NLL)")
     if unigram_floor is not None:
         loss_axis.axhline(unigram_floor, color="grey", lw=0.8, ls="--", label="unigram floor (collapse)")
     loss_axis.set_ylabel("loss per target token")
