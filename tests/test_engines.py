@@ -294,3 +294,24 @@ def test_evaluate_names_are_file_names_never_paths(trained_run, tmp_path, name, 
     assert stopped.value.code == 2 and "a name, not a path" in capsys.readouterr().err
     assert sorted(path.name for path in trained_run.model_dir.iterdir()) == before
     assert not list(tmp_path.rglob("*escape*")) and not Path("/tmp/escape_scores.json").exists()
+
+
+def test_evaluate_prints_json_alone_with_json_and_says_which_references_it_tokenised(
+    trained_run, tmp_path, capsys
+) -> None:
+    """Issue 23, item 7: stdout mixed JSON and text; now text for a reader (saying whether tokenised BLEU used
+    the test set's own tokenised references), or with --json the scores file's object alone."""
+    folder = tmp_path / "model"
+    shutil.copytree(trained_run.model_dir, folder)
+    source, references, tokenised = tmp_path / "test.en", tmp_path / "test.de", tmp_path / "test.tok.de"
+    source.write_text("\n".join(SENTENCES[:2]) + "\n")
+    references.write_text("Ich liebe dich.\nWo ist der Bahnhof?\n")
+    tokenised.write_text("ich liebe dich .\nwo ist der bahnhof ?\n")
+    argv = [str(folder), "--source", str(source), "--references", str(references), "--num-beams", "1"]
+    assert evaluate_cli.main([*argv, "--name", "machine", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads((folder / "machine_scores.json").read_text())
+    assert evaluate_cli.main([*argv, "--name", "own", "--references-tokenized", str(tokenised)]) == 0
+    text = capsys.readouterr().out
+    assert f"against {tokenised}" in text and "nrefs:1" in text and "{" not in text
+    assert evaluate_cli.main([*argv, "--name", "here"]) == 0
+    assert "Moses-tokenised here" in capsys.readouterr().out

@@ -543,14 +543,18 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
     """Encoder and decoder; the source and target embeddings are one shared BPE table (§3.4)."""
 
-    _tied_weights_keys = {"decoder.embed_tokens.weight": "encoder.embed_tokens.weight"}
+    _keys_to_ignore_on_save = {
+        "decoder.embed_tokens.weight"
+    }  # the encoder's table, saved once (see __init__)
 
     def __init__(self, config: VaswaniTransformerConfig) -> None:
         super().__init__(config)
         self.encoder = VaswaniTransformerEncoder(config)
         self.decoder = VaswaniTransformerDecoder(config)
         # The decoder embeds with the encoder's module itself, not a copy tied by weight: sharding (FSDP) then
-        # sees one module holding the table, never one parameter in two places.
+        # sees one module holding the table, never one parameter in two places. It is saved once, under the
+        # encoder's name, and is no `_tied_weights_keys` entry: one would mark the table loaded before it is, and
+        # a checkpoint without it would leave it on the meta device.
         self.decoder.embed_tokens = self.encoder.embed_tokens
         self.post_init()
 
@@ -706,10 +710,8 @@ class LinearLabelSmoothedCrossEntropy(torch.autograd.Function):
 class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedModel, GenerationMixin):
     """The translation model: decoder output → tied linear → softmax (§3.4), with the §5.4 training loss."""
 
-    _tied_weights_keys = {
-        "lm_head.weight": "model.encoder.embed_tokens.weight",
-        "model.decoder.embed_tokens.weight": "model.encoder.embed_tokens.weight",
-    }
+    _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}
+    _keys_to_ignore_on_save = {"model.decoder.embed_tokens.weight"}  # as VaswaniTransformerModel's
     # The loss is normalised by the Trainer's token count, which keeps gradient accumulation exact.
     accepts_loss_kwargs = True
 

@@ -6,7 +6,8 @@ override it. The engine is PyTorch (default) or the model's CTranslate2 export (
 optionally with int8 (--quantize int8), with the same options as vaswani-translate. BLEU is case-sensitive unless
 the model's tokenizer lowercases. Writes hypotheses.txt and scores.json (with the decoding used: engine,
 quantization, precision, search) next to the model; --name NAME writes NAME_hypotheses.txt and
-NAME_scores.json instead, and an earlier evaluation's files are replaced only with --overwrite.
+NAME_scores.json instead, and an earlier evaluation's files are replaced only with --overwrite. Prints the
+scores for a reader, or with --json the scores.json object alone (machine-readable stdout).
 
     vaswani-evaluate runs/tatoeba-en-de/final --source test.en --references test.de
     vaswani-evaluate runs/tatoeba-en-de/final --source test.en --references test.de \
@@ -63,6 +64,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
     add_decoding_arguments(parser, batch_size=128)
     parser.add_argument("--name", default="", help="write NAME_hypotheses.txt and NAME_scores.json")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation's files")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the scores as one JSON object (what NAME_scores.json holds), only",
+    )
     args = parser.parse_args(argv)
     for path in (args.source, args.references, args.references_tokenized):
         if path is not None and not path.is_file():
@@ -111,13 +117,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(json.dumps(scores, indent=2))
-    print(
-        f"sacreBLEU {scores['sacrebleu']['score']:.2f}  tokenised BLEU {scores['tokenized_bleu']['score']:.2f}"
+    if args.json:
+        print(json.dumps(scores, indent=2))
+    else:
+        print(summary(scores, args))
+    return 0
+
+
+def summary(scores: dict, args: argparse.Namespace) -> str:
+    """The scores for a reader: sacreBLEU with its signature, tokenised BLEU with the references it used, and
+    where the files went."""
+    tokenised_against = (
+        f"against {args.references_tokenized}"
+        if args.references_tokenized is not None
+        else "against the references Moses-tokenised here; give --references_tokenized for a test set's own"
     )
     prefix = evaluation_prefix(args.name)
-    print(f"{prefix}hypotheses.txt and {prefix}scores.json written to {args.model_dir}")
-    return 0
+    return "\n".join(
+        [
+            f"sacreBLEU {scores['sacrebleu']['score']:.2f}  ({scores['sacrebleu']['signature']})",
+            f"tokenised BLEU {scores['tokenized_bleu']['score']:.2f}  ({tokenised_against})",
+            f"{prefix}hypotheses.txt and {prefix}scores.json written to {args.model_dir}",
+        ]
+    )
 
 
 if __name__ == "__main__":
