@@ -90,6 +90,7 @@ def test_fsdp_on_two_processes_trains_the_one_process_model_and_saves_an_ordinar
     assert sorted(path.name for path in (tmp_path / "fsdp").glob("*.py")) == [
         "configuration_vaswani_transformer.py",
         "generation_vaswani_transformer.py",
+        "loss_vaswani_transformer.py",
         "modeling_vaswani_transformer.py",
         "precision.py",  # the translation pipeline's code travels with every save (remote_code.py)
         "remote_code.py",

@@ -9,7 +9,6 @@ from torch.overrides import TorchFunctionMode
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration, generation_vaswani_transformer
-from vaswani_transformer import modeling_vaswani_transformer as modeling
 from vaswani_transformer.generation_vaswani_transformer import BLOCK, top_continuations
 
 SOURCES = torch.tensor([[5, 6, 7, 8, 9, 3], [10, 11, 12, 3, 0, 0], [40, 50, 60, 70, 3, 0]])  # padded, eos = 3
@@ -85,7 +84,7 @@ def test_plain_beam_search_decodes_what_transformers_decodes(
     )
     ours = model.generate(**SOURCE_BATCH, **settings)
     assert calls  # the plain search ran
-    monkeypatch.setattr(modeling, "is_plain_request", lambda *args: False)
+    monkeypatch.setattr(generation_vaswani_transformer, "is_plain_request", lambda *args: False)
     theirs = model.generate(**SOURCE_BATCH, **settings)
     assert torch.equal(ours, theirs)
     if num_return_sequences == 2:  # beams ended at EOS and at the limit: both ways of finishing were taken

@@ -103,11 +103,13 @@ def test_local_dir_loads_and_translates_identically_without_the_package(trained_
     (tmp_path / "new-file").write_text("")
     assert (folder / "model.safetensors").stat().st_mode == (tmp_path / "new-file").stat().st_mode
     code = {"modeling_vaswani_transformer.py", "configuration_vaswani_transformer.py"}
+    # what the model and the pipeline import
     code |= {
         "generation_vaswani_transformer.py",
+        "loss_vaswani_transformer.py",
         "translate.py",
         "precision.py",
-    }  # what the model and pipeline import
+    }
     assert (
         set(model_files(trained_run.model_dir)) | code | {"README.md", "scores.json", "training_curve.png"}
         <= names

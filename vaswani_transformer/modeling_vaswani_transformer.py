@@ -1,11 +1,11 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), in paper order.
 
 §3.5 positions → §3.2 attention → §3.3 feed-forward → §3.1 post-norm encoder/decoder layers → stacks with
-§3.4 scaled, tied embeddings → encoder-decoder model → model with the tied softmax, the §5.4 label-smoothed
-loss and §6.1 beam search with the GNMT length penalty.
+§3.4 scaled, tied embeddings → encoder-decoder model → model with the tied softmax. Its §5.4 label-smoothed loss
+lives in loss_vaswani_transformer.py, its §6.1 decoding (beam search, GNMT length penalty, output limit) in
+generation_vaswani_transformer.py.
 """
 
-import inspect
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -13,8 +13,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
-from transformers import __version__ as transformers_version
+from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
@@ -33,7 +32,8 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani_transformer import VaswaniTransformerConfig
-from .generation_vaswani_transformer import beam_search, is_plain_request, pad_after_end
+from .generation_vaswani_transformer import VaswaniTransformerGenerationMixin
+from .loss_vaswani_transformer import fused_label_smoothed_loss, label_smoothed_loss
 from .remote_code import ship_translation_pipeline
 
 
@@ -543,9 +543,8 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
     """Encoder and decoder; the source and target embeddings are one shared BPE table (§3.4)."""
 
-    _keys_to_ignore_on_save = {
-        "decoder.embed_tokens.weight"
-    }  # the encoder's table, saved once (see __init__)
+    # the encoder's table, saved once (see __init__)
+    _keys_to_ignore_on_save = {"decoder.embed_tokens.weight"}
 
     def __init__(self, config: VaswaniTransformerConfig) -> None:
         super().__init__(config)
@@ -607,107 +606,9 @@ class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
         )
 
 
-def gnmt_as_power_of_length(alpha: float, length: int) -> float:
-    """The exponent e with length^e == ((5 + length) / 6)^alpha: the paper's penalty in transformers' form."""
-    if length <= 1:
-        return 0.0  # ((5 + 1) / 6)^alpha == 1 == 1^e for any e
-    return alpha * math.log((5.0 + length) / 6.0) / math.log(length)
-
-
-# The GNMT penalty rests on two private hooks of transformers' beam search. Should a transformers release rename
-# them, change their keywords or stop calling them, beam search would silently fall back to |Y|^α: refuse instead.
-BEAM_SEARCH_HOOKS = {
-    "_update_finished_beams": ("cur_len", "decoder_prompt_len", "length_penalty"),
-    "_check_early_stop_heuristic": (
-        "cur_len",
-        "decoder_prompt_len",
-        "length_penalty",
-        "early_stopping",
-        "max_length",
-    ),
-}
-
-
-def check_beam_search_hooks(mixin: type = GenerationMixin) -> None:
-    """Raise ImportError unless `mixin`'s beam search calls both hooks with the keywords the GNMT penalty uses."""
-    try:
-        beam_search = inspect.getsource(mixin._beam_search)
-    except (AttributeError, OSError, TypeError):
-        beam_search = None  # no source to read (e.g. a frozen install): the signatures are still checked
-    for name, keywords in BEAM_SEARCH_HOOKS.items():
-        hook = getattr(mixin, name, None)
-        parameters = inspect.signature(hook).parameters if callable(hook) else {}
-        missing = [keyword for keyword in keywords if keyword not in parameters]
-        not_called = beam_search is not None and f"self.{name}(" not in beam_search
-        if hook is None or missing or not_called:
-            problem = (
-                "is missing" if hook is None else f"lacks {missing}" if missing else "is no longer called"
-            )
-            raise ImportError(
-                f"transformers {transformers_version}: GenerationMixin.{name} {problem}, so the paper's GNMT "
-                "length penalty (§6.1) cannot be applied. Install a supported transformers (>=5.17,<6)."
-            )
-
-
-check_beam_search_hooks()
-
-
-# §5.4 Label Smoothing, fused with the tied softmax projection for training: logits are made and consumed one
-# chunk of target tokens at a time, and their gradient is formed in the same pass, so the (tokens × vocab) fp32
-# logits and their log-softmax, smoothing and gradient copies never exist at once (on a GPU the biggest tensors
-# of a step; on a CPU fewer passes over them).
-# Logits per chunk: large GEMMs on GPUs, cache-sized on CPUs (and other devices).
-LOSS_CHUNK_ELEMENTS = {"cuda": 2**25, "cpu": 2**21}
-
-
-class LinearLabelSmoothedCrossEntropy(torch.autograd.Function):
-    """Σ over target tokens of the label-smoothed cross-entropy of softmax(hidden · weightᵀ); labels -100 skipped."""
-
-    @staticmethod
-    def forward(
-        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, epsilon: float
-    ) -> torch.Tensor:
-        # hidden (tokens, d_model), weight (vocab, d_model), labels (tokens,)
-        vocab = weight.shape[0]
-        chunk = max(1, LOSS_CHUNK_ELEMENTS.get(hidden.device.type, LOSS_CHUNK_ELEMENTS["cpu"]) // vocab)
-        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
-        total = hidden.new_zeros((), dtype=torch.float32)
-        for start in range(0, hidden.shape[0], chunk):
-            rows = slice(start, start + chunk)
-            states, kept = hidden[rows], (labels[rows] != -100).unsqueeze(1)  # (chunk, d_model), (chunk, 1)
-            target = labels[rows].clamp(min=0).unsqueeze(1)  # (chunk, 1)
-            # one fused kernel for log p: fewer passes over (chunk, vocab) than logsumexp and a subtraction
-            log_probs = torch.log_softmax(nn.functional.linear(states, weight).float(), dim=-1)
-            # −Σ_v q_v log p_v with q = (1 − ε)·one-hot + ε/V: −(1 − ε)·log p_y − ε·mean(log p)
-            smoothed = -(1 - epsilon) * log_probs.gather(1, target) - epsilon * log_probs.mean(
-                -1, keepdim=True
-            )
-            total += (smoothed * kept).sum()
-            if grad_hidden is None and grad_weight is None:
-                continue
-            grad = log_probs.exp_().sub_(epsilon / vocab)  # ∂/∂z = softmax(z) − q
-            grad.scatter_add_(1, target, grad.new_full(target.shape, epsilon - 1)).mul_(kept)
-            grad = grad.to(states.dtype)
-            if grad_hidden is not None:
-                grad_hidden[rows] = grad @ weight.to(states.dtype)
-            if grad_weight is not None:
-                grad_weight += grad.t() @ states
-        ctx.save_for_backward(grad_hidden, grad_weight)
-        ctx.weight_dtype = weight.dtype
-        return total
-
-    @staticmethod
-    def backward(ctx: Any, grad_total: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        grad_hidden, grad_weight = ctx.saved_tensors
-        if grad_hidden is not None:
-            grad_hidden = grad_hidden * grad_total
-        if grad_weight is not None:
-            grad_weight = (grad_weight * grad_total).to(ctx.weight_dtype)
-        return grad_hidden, grad_weight, None, None
-
-
-class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedModel, GenerationMixin):
+class VaswaniTransformerForConditionalGeneration(
+    VaswaniTransformerPreTrainedModel, VaswaniTransformerGenerationMixin
+):
     """The translation model: decoder output → tied linear → softmax (§3.4), with the §5.4 training loss."""
 
     _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}
@@ -733,42 +634,10 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
         num_items_in_batch: int | torch.Tensor | None = None,
         label_smoothing: float | None = None,
     ) -> torch.Tensor:
-        """§5.4 label smoothing (ε_ls = config.label_smoothing unless given; 0 is the plain negative
-        log-likelihood), summed over tokens, divided by the token count.
-
-        The count is the Trainer's `num_items_in_batch` (all target tokens of the accumulated batch) when given,
-        so that accumulating 2 batches of B equals one batch of 2B; otherwise this batch's non-ignored tokens.
-        """
-        loss = nn.functional.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]),
-            labels.reshape(-1),
-            ignore_index=-100,
-            reduction="sum",
-            label_smoothing=self.config.label_smoothing if label_smoothing is None else label_smoothing,
-        )
-        return self._per_token(loss, labels, num_items_in_batch)
-
-    def fused_label_smoothed_loss(
-        self,
-        hidden_states: torch.Tensor,
-        labels: torch.Tensor,
-        num_items_in_batch: int | torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """`label_smoothed_loss(lm_head(hidden_states), labels, …)` without materialising the logits."""
-        loss = LinearLabelSmoothedCrossEntropy.apply(
-            hidden_states.flatten(0, -2), self.lm_head.weight, labels.flatten(), self.config.label_smoothing
-        )
-        return self._per_token(loss, labels, num_items_in_batch)
-
-    @staticmethod
-    def _per_token(
-        loss: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None
-    ) -> torch.Tensor:
-        if num_items_in_batch is None:
-            num_items_in_batch = (labels != -100).sum().clamp(min=1)
-        if isinstance(num_items_in_batch, torch.Tensor):
-            num_items_in_batch = num_items_in_batch.to(loss.device)
-        return loss / num_items_in_batch
+        """§5.4 label smoothing (ε_ls = config.label_smoothing unless given; 0: the plain negative
+        log-likelihood) per target token (`loss_vaswani_transformer.per_token`)."""
+        smoothing = self.config.label_smoothing if label_smoothing is None else label_smoothing
+        return label_smoothed_loss(logits, labels, smoothing, num_items_in_batch)
 
     def _fuses_loss(self) -> bool:
         """Whether a forward with labels takes the fused loss: training with gradients, a plain lm_head.
@@ -819,7 +688,13 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
         )
         logits, loss = None, None
         if labels is not None and self._fuses_loss():
-            loss = self.fused_label_smoothed_loss(outputs.last_hidden_state, labels, num_items_in_batch)
+            loss = fused_label_smoothed_loss(
+                outputs.last_hidden_state,
+                self.lm_head.weight,
+                labels,
+                self.config.label_smoothing,
+                num_items_in_batch,
+            )
         else:
             logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab)
             if labels is not None:
@@ -837,161 +712,6 @@ class VaswaniTransformerForConditionalGeneration(VaswaniTransformerPreTrainedMod
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
-        )
-
-    # §6.1 decoding: "maximum output length … input length + 50, but terminate early when possible".
-    def generate(
-        self, inputs: torch.Tensor | None = None, generation_config: Any = None, **kwargs: Any
-    ) -> Any:
-        """`GenerationMixin.generate`, defaulting the output limit to the longest source + `max_length_offset`."""
-        limits = ("max_length", "max_new_tokens")
-        configs = [c for c in (generation_config, self.generation_config) if c is not None]
-        has_limit = any(kwargs.get(k) is not None for k in limits) or any(
-            getattr(c, k, None) is not None for c in configs for k in limits
-        )
-        source = inputs if inputs is not None else kwargs.get("input_ids")
-        if not has_limit and source is not None:
-            mask = kwargs.get("attention_mask")
-            source_length = int(mask.sum(-1).max()) if mask is not None else source.shape[-1]
-            kwargs["max_new_tokens"] = source_length + self.config.max_length_offset
-        return super().generate(inputs, generation_config, **kwargs)
-
-    # transformers copies the encoder output and the source mask for every beam (and every returned sequence).
-    # They stay at one row per sentence instead: the cross-attention keys/values are then projected, cached and
-    # read once per source, not once per beam (1/num_beams of the cross-attention cache and its memory traffic).
-    def _expand_inputs_for_generation(
-        self,
-        expand_size: int = 1,
-        is_encoder_decoder: bool = False,
-        input_ids: torch.LongTensor | None = None,
-        **model_kwargs: Any,
-    ) -> tuple[torch.LongTensor | None, dict[str, Any]]:
-        per_source = ("encoder_outputs", "attention_mask")
-        shared = {key: model_kwargs.pop(key) for key in per_source if key in model_kwargs}
-        if shared.get("attention_mask") is not None and shared.get("encoder_outputs") is not None:
-            shared["attention_mask"] = self._cross_attention_mask(
-                shared["attention_mask"], shared["encoder_outputs"]
-            )
-        input_ids, model_kwargs = super()._expand_inputs_for_generation(
-            expand_size=expand_size, is_encoder_decoder=False, input_ids=input_ids, **model_kwargs
-        )
-        return input_ids, {**model_kwargs, **shared}
-
-    def _cross_attention_mask(self, source_mask: torch.Tensor, encoder_outputs: Any) -> torch.Tensor | None:
-        """The (sources, 1, 1, src_len) mask every decoding step's cross-attention broadcasts, made once.
-
-        Made per step from the 2D source mask, transformers' mask helper checks whether anything is padded (a host
-        sync: the GPU waits at every step). Once per generation it is one check; None when nothing is padded (sdpa).
-        flex and flash attention keep the 2D mask: they build their own (a block mask holds one query length).
-        """
-        if source_mask.ndim != 2 or self.config._attn_implementation not in ("eager", "sdpa"):
-            return source_mask
-        encoder_states = encoder_outputs[0]  # (sources, src_len, d_model)
-        return create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=encoder_states[:, :1],  # one query position: the mask broadcasts over the rest
-            attention_mask=source_mask,
-            encoder_hidden_states=encoder_states,
-        )
-
-    # Beam search keeps the beams that scored best; only the decoder's self-attention cache follows them. Every
-    # beam of a sentence holds the same source, so its cross-attention keys/values (one row per sentence, see
-    # above) need no reordering.
-    # A pre-allocated (static) cache is reordered in place: CUDA graphs replay on fixed addresses, and transformers'
-    # reorder gives every layer new tensors, after a length check that waits for the GPU.
-    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
-        cache = (
-            past_key_values.self_attention_cache
-            if isinstance(past_key_values, EncoderDecoderCache)
-            else past_key_values
-        )
-        if not cache.is_compileable:
-            cache.reorder_cache(beam_idx)
-            return past_key_values
-        for layer in cache.layers:
-            if layer.is_initialized:
-                layer.keys.copy_(layer.keys.index_select(0, beam_idx))
-                layer.values.copy_(layer.values.index_select(0, beam_idx))
-        return past_key_values
-
-    # Plain requests (the translations of `translate`, the pipeline and the commands) go to the sibling module's
-    # beam search, which picks each step's continuations with less work over the vocabulary and otherwise follows
-    # transformers' step for step; the rest to transformers'. transformers compiles the decoding step of greedy
-    # search over a static cache (on GPUs with CUDA graphs), but its beam search calls the model uncompiled. Under
-    # the same conditions (static cache, a GPU or compile_config, compiling not disabled) beam search's steps run
-    # through a compiled forward too; a forward set on the model (say, compiled by hand) is used as it is. Both
-    # searches' outputs are padded with the pad id after EOS, as greedy search's are (`pad_after_end`).
-    def _beam_search(
-        self,
-        input_ids: torch.LongTensor,
-        logits_processor: Any,
-        stopping_criteria: Any,
-        generation_config: Any,
-        synced_gpus: bool = False,
-        **model_kwargs: Any,
-    ) -> Any:
-        compiles = "forward" not in vars(self) and self._valid_auto_compile_criteria(
-            model_kwargs, generation_config
-        )
-        if compiles:
-            self.forward = self._compiled_forward(generation_config.compile_config)
-        try:
-            if is_plain_request(generation_config, logits_processor, synced_gpus):
-                output = beam_search(self, input_ids, stopping_criteria, generation_config, **model_kwargs)
-            else:
-                search = (input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus)
-                output = super()._beam_search(*search, **model_kwargs)
-        finally:
-            if compiles:
-                del self.forward  # back to the class's forward
-        if isinstance(output, torch.Tensor):
-            return pad_after_end(output, input_ids.shape[1], generation_config)
-        output.sequences = pad_after_end(output.sequences, input_ids.shape[1], generation_config)
-        return output
-
-    def _compiled_forward(self, compile_config: Any) -> Callable:
-        """`forward` compiled with `compile_config` (transformers' default: CUDA graphs), kept for reuse.
-
-        Not transformers' `get_compiled_call`: that compiles `__call__`, which calls `forward`, so set as the
-        forward it would call itself.
-        """
-        compile_config = compile_config or self._default_compile_config()
-        if getattr(self, "_forward_compile_config", None) != compile_config:
-            self._forward_compile_config = compile_config
-            self._forward_compiled = torch.compile(
-                type(self).forward.__get__(self), **compile_config.to_dict()
-            )
-        return self._forward_compiled
-
-    # transformers divides a finished beam's log-probability by |Y|^length_penalty. With length_penalty_type
-    # "gnmt" we hand it, at each length, the exponent that makes that divisor ((5 + |Y|) / 6)^α instead.
-    def _update_finished_beams(
-        self, *, cur_len: int, decoder_prompt_len: int, length_penalty: float, **kwargs: Any
-    ):
-        if self.config.length_penalty_type == "gnmt":
-            length_penalty = gnmt_as_power_of_length(length_penalty, cur_len + 1 - decoder_prompt_len)
-        return super()._update_finished_beams(
-            cur_len=cur_len, decoder_prompt_len=decoder_prompt_len, length_penalty=length_penalty, **kwargs
-        )
-
-    def _check_early_stop_heuristic(
-        self,
-        *,
-        cur_len: int,
-        decoder_prompt_len: int,
-        length_penalty: float,
-        early_stopping: Any,
-        **kwargs: Any,
-    ):
-        if self.config.length_penalty_type == "gnmt":
-            length = kwargs["max_length"] if early_stopping == "never" else cur_len
-            length_penalty = gnmt_as_power_of_length(length_penalty, length - decoder_prompt_len)
-        return super()._check_early_stop_heuristic(
-            cur_len=cur_len,
-            decoder_prompt_len=decoder_prompt_len,
-            length_penalty=length_penalty,
-            early_stopping=early_stopping,
-            **kwargs,
         )
 
 

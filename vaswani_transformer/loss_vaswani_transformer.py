@@ -1,0 +1,109 @@
+"""§5.4 Label Smoothing: the training loss of the translation model, plain and fused with the tied softmax.
+
+Sibling of the model file (shipped with it as remote code; imports only torch). `label_smoothed_loss` computes it
+from logits; `fused_label_smoothed_loss` from the decoder's output and the tied output weights, never holding the
+(tokens × vocabulary) logits. Both sum over target tokens and divide by the token count (`per_token`).
+"""
+
+from typing import Any
+
+import torch
+from torch import nn
+
+# §5.4 Label Smoothing, fused with the tied softmax projection for training: logits are made and consumed one
+# chunk of target tokens at a time, and their gradient is formed in the same pass, so the (tokens × vocab) fp32
+# logits and their log-softmax, smoothing and gradient copies never exist at once (on a GPU the biggest tensors
+# of a step; on a CPU fewer passes over them).
+# Logits per chunk: large GEMMs on GPUs, cache-sized on CPUs (and other devices).
+LOSS_CHUNK_ELEMENTS = {"cuda": 2**25, "cpu": 2**21}
+
+
+class LinearLabelSmoothedCrossEntropy(torch.autograd.Function):
+    """Σ over target tokens of the label-smoothed cross-entropy of softmax(hidden · weightᵀ); labels -100 skipped."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, epsilon: float
+    ) -> torch.Tensor:
+        # hidden (tokens, d_model), weight (vocab, d_model), labels (tokens,)
+        vocab = weight.shape[0]
+        chunk = max(1, LOSS_CHUNK_ELEMENTS.get(hidden.device.type, LOSS_CHUNK_ELEMENTS["cpu"]) // vocab)
+        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        total = hidden.new_zeros((), dtype=torch.float32)
+        for start in range(0, hidden.shape[0], chunk):
+            rows = slice(start, start + chunk)
+            states, kept = hidden[rows], (labels[rows] != -100).unsqueeze(1)  # (chunk, d_model), (chunk, 1)
+            target = labels[rows].clamp(min=0).unsqueeze(1)  # (chunk, 1)
+            # one fused kernel for log p: fewer passes over (chunk, vocab) than logsumexp and a subtraction
+            log_probs = torch.log_softmax(nn.functional.linear(states, weight).float(), dim=-1)
+            # −Σ_v q_v log p_v with q = (1 − ε)·one-hot + ε/V: −(1 − ε)·log p_y − ε·mean(log p)
+            smoothed = -(1 - epsilon) * log_probs.gather(1, target) - epsilon * log_probs.mean(
+                -1, keepdim=True
+            )
+            total += (smoothed * kept).sum()
+            if grad_hidden is None and grad_weight is None:
+                continue
+            grad = log_probs.exp_().sub_(epsilon / vocab)  # ∂/∂z = softmax(z) − q
+            grad.scatter_add_(1, target, grad.new_full(target.shape, epsilon - 1)).mul_(kept)
+            grad = grad.to(states.dtype)
+            if grad_hidden is not None:
+                grad_hidden[rows] = grad @ weight.to(states.dtype)
+            if grad_weight is not None:
+                grad_weight += grad.t() @ states
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx: Any, grad_total: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        grad_hidden, grad_weight = ctx.saved_tensors
+        if grad_hidden is not None:
+            grad_hidden = grad_hidden * grad_total
+        if grad_weight is not None:
+            grad_weight = (grad_weight * grad_total).to(ctx.weight_dtype)
+        return grad_hidden, grad_weight, None, None
+
+
+def per_token(
+    loss: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None
+) -> torch.Tensor:
+    """The summed loss divided by the token count: the Trainer's `num_items_in_batch` (all target tokens of the
+    accumulated batch) when given, so that accumulating 2 batches of B equals one batch of 2B; otherwise this
+    batch's non-ignored tokens."""
+    if num_items_in_batch is None:
+        num_items_in_batch = (labels != -100).sum().clamp(min=1)
+    if isinstance(num_items_in_batch, torch.Tensor):
+        num_items_in_batch = num_items_in_batch.to(loss.device)
+    return loss / num_items_in_batch
+
+
+def label_smoothed_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    label_smoothing: float,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Label-smoothed cross-entropy per token (label_smoothing 0: the plain negative log-likelihood)."""
+    loss = nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]),
+        labels.reshape(-1),
+        ignore_index=-100,
+        reduction="sum",
+        label_smoothing=label_smoothing,
+    )
+    return per_token(loss, labels, num_items_in_batch)
+
+
+def fused_label_smoothed_loss(
+    hidden_states: torch.Tensor,
+    output_weight: torch.Tensor,
+    labels: torch.Tensor,
+    label_smoothing: float,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`label_smoothed_loss(hidden_states @ output_weight.T, labels, …)` without materialising the logits."""
+    loss = LinearLabelSmoothedCrossEntropy.apply(
+        hidden_states.flatten(0, -2), output_weight, labels.flatten(), label_smoothing
+    )
+    return per_token(loss, labels, num_items_in_batch)
