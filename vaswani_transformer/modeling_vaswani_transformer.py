@@ -511,10 +511,14 @@ class VaswaniTransformerDecoder(VaswaniTransformerStack):
             **{CACHE_NAME: self_attention_cache},
             position_ids=position_ids.unsqueeze(0),
         )
+        queries = inputs_embeds
+        if queries.shape[0] != encoder_hidden_states.shape[0]:
+            # One row per source: the query rows of beams sharing a source are its extra query positions. (Only
+            # then: reshaping equal batches too would tie an exported graph's batch size to its example's.)
+            queries = queries.reshape(len(encoder_hidden_states), -1, queries.shape[-1])
         cross_mask = create_bidirectional_mask(
             config=self.config,
-            # One row per source: the query rows of beams sharing a source are its extra query positions.
-            inputs_embeds=inputs_embeds.reshape(len(encoder_hidden_states), -1, inputs_embeds.shape[-1]),
+            inputs_embeds=queries,
             attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
         )
