@@ -28,7 +28,7 @@ class NoPackage:
             raise ImportError("vaswani_transformer is not installed here")
 
 sys.meta_path.insert(0, NoPackage())
-from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedTokenizerFast, pipeline
 
 folder, sentences = sys.argv[1], json.loads(sys.argv[2])
 model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
@@ -50,6 +50,9 @@ print(json.dumps({
     "model_class": type(model).__module__ + "." + type(model).__name__,
     "body_class": type(body).__name__,
     "pipeline_class": type(translator).__name__,
+    # the tokenizer without trust_remote_code (stdin is closed: a y/N question would fail the script)
+    "plain_tokenizer_ids": PreTrainedTokenizerFast.from_pretrained(folder)(sentences)["input_ids"],
+    "tokenizer_ids": tokenizer(sentences)["input_ids"],
 }))
 """
 
@@ -121,9 +124,10 @@ def test_local_dir_loads_and_translates_identically_without_the_package(trained_
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
     completed = subprocess.run(
         [sys.executable, "-c", WITHOUT_PACKAGE, str(folder), json.dumps(SENTENCES)],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "Do you wish to run the custom code" not in completed.stdout  # nothing asked
     result_line = [line for line in completed.stdout.splitlines() if line.startswith('{"translations"')]
     assert result_line, completed.stdout[:1000]
     loaded = json.loads(result_line[0])
@@ -131,6 +135,7 @@ def test_local_dir_loads_and_translates_identically_without_the_package(trained_
     assert loaded["model_class"].endswith("VaswaniTransformerForConditionalGeneration")
     assert loaded["body_class"] == "VaswaniTransformerModel"
     assert loaded["pipeline_class"] == "VaswaniTranslationPipeline"
+    assert loaded["plain_tokenizer_ids"] == loaded["tokenizer_ids"]
     assert loaded["translations"] == in_float32
     assert loaded["pipeline"] == expected  # the shipped pipeline picks the same precision
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")

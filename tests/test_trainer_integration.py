@@ -1,5 +1,6 @@
 """The model inside Seq2SeqTrainer: collator, training, generation at evaluation, gradient accumulation."""
 
+import json
 import random
 from pathlib import Path
 
@@ -125,3 +126,24 @@ def test_eval_loss_is_plain_cross_entropy_and_label_smoothing_factor_is_honoured
         assert trainer.compute_loss(model.train(), {**batch, "labels": labels}).item() == pytest.approx(
             smoothed, rel=1e-5
         )
+
+
+def test_trainer_saves_carry_the_translation_pipeline(letter_tokenizer, tmp_path: Path) -> None:
+    """Issue 23, item 1: Trainer.save_model (and so push_to_hub and checkpoints) writes the pipeline's code and
+    declares it, as save_pretrained does."""
+    torch.manual_seed(0)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=len(letter_tokenizer)))
+    dataset = reversal_dataset(letter_tokenizer, 8, seed=4)
+    trainer = trainer_for(
+        model, letter_tokenizer, dataset, tmp_path / "run", max_steps=1, save_strategy="steps"
+    )
+    trainer.train()
+    for folder in (tmp_path / "run" / "checkpoint-1", tmp_path / "saved"):
+        if folder.name == "saved":
+            trainer.save_model(str(folder))
+        config = json.loads((folder / "config.json").read_text())
+        assert (
+            config["custom_pipelines"]["vaswani-translation"]["impl"]
+            == "translate.VaswaniTranslationPipeline"
+        )
+        assert {"translate.py", "precision.py"} <= {path.name for path in folder.glob("*.py")}
