@@ -162,6 +162,14 @@ CASES: dict[str, Case] = {
         "train", train_with("--vocab_size", "1000000000"), "--vocab_size must be at most 1,000,000"
     ),
     "train max_length 0": Case("train", train_with("--max_length", "0"), "--max_length must be at least 1"),
+    "train bpe pairs -1": Case(
+        "train", train_with("--bpe_max_pairs", "-1"), "--bpe_max_pairs -1: give a number of pairs, or 0"
+    ),
+    "train data cache is a file": Case(
+        "train",
+        lambda ws: train_with("--data_cache", ws.files["train_source"])(ws),
+        "is a file: give a folder (it is made if missing)",
+    ),
     "train max_tokens 1": Case(
         "train", train_with("--max_tokens", "1"), "--max_tokens 1 is below --max_length"
     ),

@@ -18,6 +18,7 @@ from vaswani_transformer import VaswaniTransformerForConditionalGeneration, expe
 from vaswani_transformer.data import TokenBudgetBatchSampler, load_parallel, tokenize_parallel
 from vaswani_transformer.experiment import TrainOptions, train_and_evaluate
 from vaswani_transformer.precision import cpu_bf16_is_faster
+from vaswani_transformer.prepared import content_digest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -269,7 +270,7 @@ def test_overwrite_deletes_only_what_a_run_wrote_and_only_after_the_corpora_load
     assert (run / "checkpoint-900").is_dir() and (run / "train_options.json").is_file()
     train_and_evaluate(TrainOptions(**common, output_dir=run))
     assert sorted(path.name for path in run.iterdir()) == [
-        ".vaswani-train.lock", "checkpoint-2", "final", "tokenized", "tokenizer", "train_options.json",
+        ".vaswani-train.lock", "checkpoint-2", "final", "tokenizer", "train_options.json",
     ]  # fmt: skip
     # weights in the run folder have a new file's permissions (safetensors writes 0600), as its options do
     options_mode = (run / "train_options.json").stat().st_mode
@@ -441,10 +442,12 @@ def test_killed_during_a_save_resumes_to_the_uninterrupted_weights(tmp_path: Pat
 def test_a_vocabulary_of_another_size_than_asked_is_said(tmp_path: Path, caplog, vocab_size: int) -> None:
     """Issue 22, item 14: --vocab_size 1 silently gave a vocabulary of every character (66 tokens); a corpus too
     small for the size asked gives fewer tokens, also said."""
-    options = TrainOptions(**tatoeba_files(tmp_path, 50), vocab_size=vocab_size, output_dir=tmp_path / "run")
+    options = TrainOptions(
+        **tatoeba_files(tmp_path, 50), vocab_size=vocab_size, output_dir=tmp_path / "run", data_cache=tmp_path
+    )
     pairs = load_parallel(options.train_source, options.train_target)[0]
     with caplog.at_level("WARNING"):
-        size = len(experiment._tokenizer_for(options, pairs, is_main_process=True))
+        size = len(experiment._tokenizer_for(options, pairs, True, content_digest(pairs)))
     expected = {
         1: f"--vocab_size 1 is below the corpus's characters and special tokens: the vocabulary has {size:,}",
         5000: f"the corpus gave {size:,} tokens, fewer than --vocab_size 5,000",

@@ -7,7 +7,6 @@ model on WMT14 (§5); a recipe replaces those defaults for one job, and flags ov
 
 import contextlib
 import difflib
-import hashlib
 import json
 import logging
 import math
@@ -39,7 +38,6 @@ from transformers.integrations import is_tensorboard_available
 from .checkpoints import average_checkpoints, whole_checkpoints
 from .configuration_vaswani_transformer import PRESETS, VaswaniTransformerConfig
 from .data import (
-    TATOEBA_FILE,
     TSV_SUFFIXES,
     FilterStats,
     LoadStats,
@@ -62,6 +60,14 @@ from .monitoring import (
     unigram_loss,
 )
 from .plotting import plot_training_curve
+from .prepared import (
+    bpe_sample,
+    build_once,
+    content_digest,
+    default_data_cache,
+    prepared_folder,
+    texts_for_bpe,
+)
 from .recipes import available_recipes, load_recipe
 from .tokenization import load_tokenizer, train_bpe
 from .training import (
@@ -154,6 +160,17 @@ class TrainOptions:
     vocab_size: int = field(default=37000, metadata=_help("joint BPE vocabulary size"))
     lowercase: bool = field(default=False, metadata=_help("lowercase text before BPE (and score lowercased)"))
     max_length: int = field(default=256, metadata=_help("drop training pairs with a longer side (tokens)"))
+    bpe_max_pairs: int = field(
+        default=1_000_000,
+        metadata=_help("train the joint BPE on at most this many training pairs, a seeded sample (0: all)"),
+    )
+    data_cache: Path | None = field(
+        default=None,
+        metadata=_help(
+            "folder of prepared data (joint BPE, tokenised pairs), one subfolder per corpus content and settings, "
+            "reused by every run (default: HF_HOME/vaswani_transformer/prepared)"
+        ),
+    )
     # --- training (§5)
     output_dir: Path = field(default=Path("runs/train"), metadata=_help("run folder"))
     max_tokens: int = field(
@@ -406,6 +423,12 @@ def check_inputs(options: TrainOptions) -> None:
         if value is not None and Path(value).expanduser().is_dir():
             raise ValueError(f"--{name} {value} is a folder: give the file inside it.")
     _check_text_pairs(options)
+    if options.bpe_max_pairs < 0:
+        raise ValueError(
+            f"--bpe_max_pairs {options.bpe_max_pairs}: give a number of pairs, or 0 for all of them."
+        )
+    if (cache := _data_cache(options)).exists() and not cache.is_dir():
+        raise ValueError(f"--data_cache {cache} is a file: give a folder (it is made if missing).")
     options.model_config()
     _check_sharing(options)
     if _is_main_process():  # other processes find the main process's files there
@@ -418,7 +441,8 @@ def _is_main_process() -> bool:
 
 # What a run writes at the top of its --output_dir: the only entries --overwrite may delete.
 RUN_FILES = ("train_options.json",)
-RUN_FOLDERS = ("tokenizer", "tokenized", "final", "runs")  # runs/: TensorBoard's logs (--report_to)
+# runs/: TensorBoard's logs (--report_to); tokenized/: the tokenised pairs of runs before the data cache
+RUN_FOLDERS = ("tokenizer", "tokenized", "final", "runs")
 RUN_FOLDER_PATTERNS = ("checkpoint-*", "incomplete-checkpoint-*")
 # The lock a training holds on its folder: never deleted (a new file would let a second training lock it while
 # the first still holds the old one), never counted as the folder's content.
@@ -620,22 +644,28 @@ def load_corpora(options: TrainOptions) -> Corpora:
     return Corpora(train, dev, test, references[: len(test)] if references is not None else None)
 
 
-def _tokenizer_for(options: TrainOptions, train: Dataset, is_main_process: bool) -> PreTrainedTokenizerBase:
-    """A joint BPE vocabulary trained on both sides of the training pairs by the main process.
+def _data_cache(options: TrainOptions) -> Path:
+    return options.data_cache if options.data_cache is not None else default_data_cache()
 
-    Other processes (and `--resume`) load the one the main process saved, so every rank shares one vocabulary.
+
+def _tokenizer_for(
+    options: TrainOptions, train: Dataset, is_main_process: bool, corpus_digest: str
+) -> PreTrainedTokenizerBase:
+    """The joint BPE vocabulary of both sides of the training pairs (`bpe_sample` of them), trained once per
+    corpus content and settings into the data cache, and copied into the run folder by the main process.
+
+    Other processes (and `--resume`) load the run folder's, so every rank shares one vocabulary.
     """
     tokenizer_dir = options.output_dir / "tokenizer"
     if tokenizer_dir.is_dir() and (options.resume or not is_main_process):
         return load_tokenizer(str(tokenizer_dir))
-    started = time.perf_counter()
-    tokenizer = train_bpe(
-        (text for column in ("source", "target") for text in train[column]),
-        options.vocab_size,
-        lowercase=options.lowercase,
-    )
+    settings = (corpus_digest, options.vocab_size, options.lowercase, options.bpe_max_pairs, options.seed)
+    prepared = prepared_folder(_data_cache(options), "bpe", *settings)
+    if prepared.is_dir():
+        logger.info(f"joint BPE: reused {prepared}")
+    build_once(prepared, lambda folder: _train_bpe_into(folder, options, train))
+    tokenizer = load_tokenizer(str(prepared))
     tokenizer.save_pretrained(tokenizer_dir)
-    logger.info(f"joint BPE: {len(tokenizer):,} tokens in {time.perf_counter() - started:.1f} s")
     if len(tokenizer) > options.vocab_size:
         logger.warning(
             f"warning: --vocab_size {options.vocab_size:,} is below the corpus's characters and special tokens: "
@@ -649,40 +679,38 @@ def _tokenizer_for(options: TrainOptions, train: Dataset, is_main_process: bool)
     return tokenizer
 
 
-def _training_set_key(options: TrainOptions, tokenizer: PreTrainedTokenizerBase) -> str:
-    """Identifies a tokenised training set: corpus files (path, size, mtime), vocabulary, splits, length limit."""
-    parts = [
-        tokenizer.backend_tokenizer.to_str(),
-        str(options.max_length),
-        str(options.test_size),
-        str(options.dev_size if options.dev_source is None else 0),
-        str(options.seed),
-    ]
-    for name in (
-        (options.train_source, options.train_target) if options.train_source else (str(TATOEBA_FILE),)
-    ):
-        path = Path(name) if name else None
-        if path is not None and path.exists():
-            parts += [str(path.resolve()), str(path.stat().st_size), str(path.stat().st_mtime_ns)]
-        else:
-            parts.append(str(name))  # a Hub id, or no target file
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+def _train_bpe_into(folder: Path, options: TrainOptions, train: Dataset) -> None:
+    started = time.perf_counter()
+    sample = bpe_sample(train, options.bpe_max_pairs, options.seed)
+    tokenizer = train_bpe(texts_for_bpe(sample), options.vocab_size, lowercase=options.lowercase)
+    tokenizer.save_pretrained(folder)
+    logger.info(
+        f"joint BPE: {len(tokenizer):,} tokens from {len(sample):,} of {len(train):,} pairs in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
 
 
 def _tokenized_training_set(
-    options: TrainOptions, train: Dataset, tokenizer: PreTrainedTokenizerBase
+    options: TrainOptions, train: Dataset, tokenizer: PreTrainedTokenizerBase, corpus_digest: str
 ) -> tuple[Dataset, FilterStats]:
-    """`tokenize_parallel` once per corpus and vocabulary: the result is kept on disk under the run folder."""
-    cache = options.output_dir / "tokenized" / _training_set_key(options, tokenizer)
-    stats_file = cache / "filter_stats.json"
-    if stats_file.exists():
-        return load_from_disk(str(cache)), FilterStats(**json.loads(stats_file.read_text()))
+    """`tokenize_parallel` once per corpus content, vocabulary and length limit, kept in the data cache."""
+    settings = (corpus_digest, tokenizer.backend_tokenizer.to_str(), options.max_length)
+    prepared = prepared_folder(_data_cache(options), "tokenized", *settings)
+    if prepared.is_dir():
+        logger.info(f"tokenised pairs: reused {prepared}")
+    build_once(prepared, lambda folder: _tokenize_into(folder, options, train, tokenizer))
+    stats = FilterStats(**json.loads((prepared / "filter_stats.json").read_text()))
+    return load_from_disk(str(prepared / "pairs")), stats
+
+
+def _tokenize_into(
+    folder: Path, options: TrainOptions, train: Dataset, tokenizer: PreTrainedTokenizerBase
+) -> None:
     tokenized, stats = tokenize_parallel(train, tokenizer, max_length=options.max_length)
     if stats.kept == 0:
         raise CorpusError(f"no training pair is left ({stats.summary()}): raise --max_length.")
-    tokenized.save_to_disk(str(cache))
-    stats_file.write_text(json.dumps(asdict(stats)))
-    return load_from_disk(str(cache)), stats
+    tokenized.save_to_disk(str(folder / "pairs"))
+    (folder / "filter_stats.json").write_text(json.dumps(asdict(stats)))
 
 
 def _advice(options: TrainOptions, config: VaswaniTransformerConfig, peak_lr: float) -> str:
@@ -944,11 +972,12 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     corpora = load_corpora(options)  # read and checked before --overwrite deletes anything
     if options.overwrite and is_main_process and options.output_dir.is_dir():
         _delete_earlier_run(options.output_dir)
+    corpus_digest = content_digest(corpora.train)  # names the prepared data in the cache
     # local=False: on several machines, one process (on a shared --output_dir) writes what all of them read.
     with args.main_process_first(local=False, desc="joint BPE vocabulary"):
-        tokenizer = _tokenizer_for(options, corpora.train, is_main_process)
+        tokenizer = _tokenizer_for(options, corpora.train, is_main_process, corpus_digest)
     with args.main_process_first(local=False, desc="tokenising"):
-        tokenized, filter_stats = _tokenized_training_set(options, corpora.train, tokenizer)
+        tokenized, filter_stats = _tokenized_training_set(options, corpora.train, tokenizer, corpus_digest)
     logger.info(filter_stats.summary())
     dev = None
     if corpora.dev is not None:

@@ -1,0 +1,144 @@
+"""Prepared training data (issue 24): the joint BPE and the tokenised pairs, made once per corpus content and
+settings in a shared cache, reused by every run folder; changed content or settings prepare anew."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from datasets import Dataset
+
+from tests.conftest import tatoeba_files
+from vaswani_transformer import experiment
+from vaswani_transformer.experiment import TrainOptions, train_and_evaluate
+from vaswani_transformer.prepared import bpe_sample, build_once, content_digest, prepared_folder
+
+TINY = {"d_model": 32, "d_ff": 64, "num_heads": 2, "num_encoder_layers": 1, "num_decoder_layers": 1}
+
+
+def pairs(sources: list[str], targets: list[str]) -> Dataset:
+    return Dataset.from_dict({"source": sources, "target": targets})
+
+
+def test_the_digest_is_of_the_texts_in_order_and_their_boundaries() -> None:
+    base = content_digest(pairs(["ab", "c"], ["x", "y"]))
+    assert base == content_digest(pairs(["ab", "c"], ["x", "y"]))
+    assert base == content_digest(pairs(["zz", "ab", "c"], ["q", "x", "y"]).select([1, 2]))  # a selection
+    for other in (
+        pairs(["a", "bc"], ["x", "y"]),  # same bytes, other boundaries
+        pairs(["c", "ab"], ["y", "x"]),  # other order
+        pairs(["ab", "d"], ["x", "y"]),  # one byte
+        pairs(["x", "y"], ["ab", "c"]),  # sides swapped
+    ):
+        assert content_digest(other) != base
+
+
+def test_the_bpe_sample_is_seeded_in_corpus_order_and_whole_below_the_cap() -> None:
+    corpus = pairs([f"s{i}" for i in range(100)], [f"t{i}" for i in range(100)])
+    assert bpe_sample(corpus, 0, seed=0) is corpus and bpe_sample(corpus, 100, seed=0) is corpus
+    sample = bpe_sample(corpus, 30, seed=1)
+    indices = [int(text[1:]) for text in sample["source"]]
+    assert len(indices) == 30 and indices == sorted(indices)
+    assert (
+        sample["source"]
+        == bpe_sample(corpus, 30, seed=1)["source"]
+        != bpe_sample(corpus, 30, seed=2)["source"]
+    )
+
+
+def test_a_failed_build_leaves_nothing_that_looks_prepared(tmp_path: Path) -> None:
+    folder = prepared_folder(tmp_path, "bpe", "digest", 100)
+
+    def fails(partial: Path) -> None:
+        partial.mkdir()
+        (partial / "half.json").write_text("{")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        build_once(folder, fails)
+    assert [path.name for path in tmp_path.iterdir() if not path.name.endswith(".lock")] == []
+    build_once(folder, lambda partial: partial.mkdir())
+    assert folder.is_dir()
+
+
+CONCURRENT = """
+import sys, time
+from pathlib import Path
+from vaswani_transformer.prepared import build_once
+
+def build(partial: Path) -> None:
+    partial.mkdir()
+    time.sleep(1.5)  # long enough for the other process to arrive and wait
+    (partial / "built-by").write_text(sys.argv[2])
+
+build_once(Path(sys.argv[1]), build)
+print((Path(sys.argv[1]) / "built-by").read_text())
+"""
+
+
+def test_two_processes_preparing_the_same_data_build_it_once(tmp_path: Path) -> None:
+    folder = tmp_path / "bpe-key"
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONCURRENT, str(folder), name], stdout=subprocess.PIPE, text=True
+        )
+        for name in ("first", "second")
+    ]
+    outputs = [run.communicate(timeout=120)[0].strip() for run in runs]
+    assert all(run.returncode == 0 for run in runs)
+    assert len(set(outputs)) == 1 and outputs[0] in ("first", "second")  # one built it, both read that one
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["bpe-key", "bpe-key.lock"]
+
+
+def job(tmp_path: Path, **overrides: object) -> TrainOptions:
+    """A one-step run on the corpus files in tmp_path (written by the first call, then left as they are)."""
+    files = {
+        f"{split}_{side}": str(tmp_path / f"{split}.{side}")
+        for split in ("train", "test")
+        for side in ("source", "target")
+    }
+    if not (tmp_path / "train.source").exists():
+        files = tatoeba_files(tmp_path, 120)
+    settings = {
+        **files, "config_overrides": TINY, "vocab_size": 300, "max_tokens": 512,
+        "max_steps": 1, "warmup_steps": 1, "save_steps": 1, "average_last": 1, "num_beams": 1, "examples": [],
+        "data_cache": tmp_path / "cache",
+    }  # fmt: skip
+    return TrainOptions(**{**settings, **overrides})
+
+
+def test_a_new_run_folder_reuses_the_prepared_data_and_changes_prepare_anew(
+    tmp_path: Path, monkeypatch
+) -> None:
+    first = job(tmp_path, output_dir=tmp_path / "first")
+    train_and_evaluate(first)
+    prepared = sorted(path.name for path in (tmp_path / "cache").iterdir() if path.is_dir())
+    assert [name.split("-")[0] for name in prepared] == ["bpe", "tokenized"]
+    tokenizer = (tmp_path / "first" / "tokenizer" / "tokenizer.json").read_text()
+
+    def no_more_preparing(*args: object, **kwargs: object) -> None:
+        pytest.fail("prepared again")
+
+    monkeypatch.setattr(experiment, "train_bpe", no_more_preparing)
+    monkeypatch.setattr(experiment, "tokenize_parallel", no_more_preparing)
+    source = Path(first.train_source)
+    os.utime(source, (time.time() + 60, time.time() + 60))  # touched, same content
+    train_and_evaluate(job(tmp_path, output_dir=tmp_path / "second"))
+    assert (tmp_path / "second" / "tokenizer" / "tokenizer.json").read_text() == tokenizer
+    monkeypatch.undo()
+
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    source.write_text(
+        "".join(line.replace("\n", "!\n") for line in lines), encoding="utf-8"
+    )  # training pairs too
+    train_and_evaluate(job(tmp_path, output_dir=tmp_path / "changed"))
+    train_and_evaluate(job(tmp_path, output_dir=tmp_path / "lowercased", lowercase=True))
+    train_and_evaluate(job(tmp_path, output_dir=tmp_path / "longer", max_length=40))
+    kinds = [path.name.split("-")[0] for path in (tmp_path / "cache").iterdir() if path.is_dir()]
+    # the changed byte and lowercasing: a BPE and tokenised pairs each; max_length: tokenised pairs only
+    assert sorted(kinds) == ["bpe"] * 3 + ["tokenized"] * 4
+    scores = json.loads((tmp_path / "longer" / "final" / "scores.json").read_text())
+    assert scores["num_sentences"] == 5

@@ -1,0 +1,88 @@
+"""Prepared training data, made once and shared by every run: the joint BPE and the tokenised training pairs.
+
+Both are kept under a cache folder (`--data_cache`, default HF_HOME/vaswani_transformer/prepared), one subfolder
+per *content*: a digest of the training pairs themselves (whatever file, TSV or Hub id they came from, after the
+held-out splits), with the settings that shape the result. A new run folder, a new recipe file or another
+process with the same pairs and settings reuses them; a changed byte of the corpus, vocabulary size or
+lowercasing makes a new one. Each is built under a lock into a temporary folder and renamed when complete, so a
+second process preparing the same data waits and reuses it, and an interrupted preparation leaves nothing that
+looks complete.
+"""
+
+import hashlib
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from datasets import Dataset
+from filelock import FileLock
+from huggingface_hub import constants
+
+PREPARED_FORMAT = "1"  # bump when what a prepared folder holds, or how it is made, changes
+ARROW_BATCH = 10_000  # pairs per Arrow batch fed to the BPE trainer
+
+
+def default_data_cache() -> Path:
+    """HF_HOME/vaswani_transformer/prepared (HF_HOME: the Hugging Face cache home, ~/.cache/huggingface)."""
+    return Path(constants.HF_HOME) / "vaswani_transformer" / "prepared"
+
+
+def content_digest(pairs: Dataset) -> str:
+    """SHA-256 of the pairs' source and target texts, in order (Arrow offsets and bytes, no Python strings)."""
+    digest = hashlib.sha256()
+    table = pairs.with_format("arrow")[:]
+    for name in ("source", "target"):
+        for chunk in pa.chunked_array(table[name]).chunks:
+            text = chunk.cast(pa.large_string())
+            offsets = np.frombuffer(text.buffers()[1], dtype=np.int64)[
+                text.offset : text.offset + len(text) + 1
+            ]
+            data = text.buffers()[2]
+            digest.update(np.diff(offsets).tobytes())  # lengths: "ab","c" differs from "a","bc"
+            digest.update(memoryview(data)[offsets[0] : offsets[-1]] if data is not None else b"")
+        digest.update(name.encode())
+    return digest.hexdigest()
+
+
+def prepared_folder(cache: Path, kind: str, *settings: object) -> Path:
+    """cache/KIND-KEY, KEY a digest of the format and the settings (the first of which is the content digest)."""
+    key = hashlib.sha256("\n".join([PREPARED_FORMAT, kind, *map(str, settings)]).encode()).hexdigest()[:20]
+    return cache / f"{kind}-{key}"
+
+
+def build_once(folder: Path, build: Callable[[Path], None]) -> Path:
+    """`folder`, built by `build(temporary folder)` unless it exists: under a lock beside it, renamed into place
+    when complete (a failed or interrupted build leaves no folder behind)."""
+    if folder.is_dir():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{folder}.lock"):
+        if folder.is_dir():  # another process built it while this one waited
+            return folder
+        partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        try:
+            build(partial)
+            partial.rename(folder)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+    return folder
+
+
+def bpe_sample(pairs: Dataset, max_pairs: int, seed: int) -> Dataset:
+    """At most `max_pairs` of the pairs (0: all), a seeded sample kept in corpus order. A joint BPE of tens of
+    thousands of merges is settled by a million pairs; the paper's 4.5M pairs only make it slower to train."""
+    if max_pairs <= 0 or len(pairs) <= max_pairs:
+        return pairs
+    chosen = np.random.default_rng(seed).choice(len(pairs), size=max_pairs, replace=False)
+    return pairs.select(np.sort(chosen))
+
+
+def texts_for_bpe(pairs: Dataset) -> Iterator[str]:
+    """Every source sentence, then every target sentence, read in Arrow batches."""
+    for column in ("source", "target"):
+        for batch in pairs.select_columns([column]).iter(batch_size=ARROW_BATCH):
+            yield from batch[column]
