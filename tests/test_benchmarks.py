@@ -28,3 +28,25 @@ def test_training_flops_count_every_matrix_product_of_a_real_step(fused_loss: bo
     with FlopCounterMode(display=False) as counter:
         model(input_ids=input_ids, labels=labels).loss.backward()
     assert counter.get_total_flops() == training_flops(config, batch=3, source_length=7, target_length=5)
+
+
+def test_the_data_benchmark_builds_aligned_pairs_of_several_tatoeba_pairs(tmp_path: Path) -> None:
+    """bench_data.py's corpus: N aligned lines, each SENTENCES_PER_LINE embedded pairs joined, seeded."""
+    from bench_data import SENTENCES_PER_LINE, build_corpus
+
+    from vaswani_transformer.data import load_tatoeba
+
+    tatoeba = load_tatoeba()[0]
+    targets_of = {}
+    for source, target in zip(tatoeba["source"], tatoeba["target"], strict=True):
+        targets_of.setdefault(source, set()).add(target)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    source_file, target_file = build_corpus(tmp_path / "a", 50, seed=3)
+    sources, targets = source_file.read_text().splitlines(), target_file.read_text().splitlines()
+    assert len(sources) == len(targets) == 50
+    first = next(s for s in targets_of if sources[0].startswith(s + " "))  # a Tatoeba source opens the line
+    assert any(targets[0].startswith(t + " ") for t in targets_of[first])  # and its translation the target
+    assert all(len(line.split()) >= SENTENCES_PER_LINE for line in sources)
+    again = build_corpus(tmp_path / "b", 50, seed=3)[0].read_text()
+    assert again == source_file.read_text()

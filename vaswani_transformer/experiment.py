@@ -13,7 +13,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from fnmatch import fnmatch
 from pathlib import Path
@@ -644,6 +644,23 @@ def load_corpora(options: TrainOptions) -> Corpora:
     return Corpora(train, dev, test, references[: len(test)] if references is not None else None)
 
 
+def prepare_training_data(
+    options: TrainOptions,
+    train: Dataset,
+    is_main_process: bool = True,
+    in_turn: Callable[[str], contextlib.AbstractContextManager] | None = None,
+) -> tuple[PreTrainedTokenizerBase, Dataset, FilterStats]:
+    """The joint BPE vocabulary, the tokenised training pairs and what filtering dropped: from the data cache, or
+    made into it (`prepared`). `in_turn(step)` orders the processes of a distributed run (main process first)."""
+    in_turn = in_turn or (lambda step: contextlib.nullcontext())
+    corpus_digest = content_digest(train)  # names the prepared data in the cache
+    with in_turn("joint BPE vocabulary"):
+        tokenizer = _tokenizer_for(options, train, is_main_process, corpus_digest)
+    with in_turn("tokenising"):
+        tokenized, filter_stats = _tokenized_training_set(options, train, tokenizer, corpus_digest)
+    return tokenizer, tokenized, filter_stats
+
+
 def _data_cache(options: TrainOptions) -> Path:
     return options.data_cache if options.data_cache is not None else default_data_cache()
 
@@ -706,7 +723,9 @@ def _tokenized_training_set(
 def _tokenize_into(
     folder: Path, options: TrainOptions, train: Dataset, tokenizer: PreTrainedTokenizerBase
 ) -> None:
+    started = time.perf_counter()
     tokenized, stats = tokenize_parallel(train, tokenizer, max_length=options.max_length)
+    logger.info(f"tokenised {len(train):,} pairs in {time.perf_counter() - started:.1f} s")
     if stats.kept == 0:
         raise CorpusError(f"no training pair is left ({stats.summary()}): raise --max_length.")
     tokenized.save_to_disk(str(folder / "pairs"))
@@ -972,12 +991,10 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     corpora = load_corpora(options)  # read and checked before --overwrite deletes anything
     if options.overwrite and is_main_process and options.output_dir.is_dir():
         _delete_earlier_run(options.output_dir)
-    corpus_digest = content_digest(corpora.train)  # names the prepared data in the cache
     # local=False: on several machines, one process (on a shared --output_dir) writes what all of them read.
-    with args.main_process_first(local=False, desc="joint BPE vocabulary"):
-        tokenizer = _tokenizer_for(options, corpora.train, is_main_process, corpus_digest)
-    with args.main_process_first(local=False, desc="tokenising"):
-        tokenized, filter_stats = _tokenized_training_set(options, corpora.train, tokenizer, corpus_digest)
+    tokenizer, tokenized, filter_stats = prepare_training_data(
+        options, corpora.train, is_main_process, lambda step: args.main_process_first(local=False, desc=step)
+    )
     logger.info(filter_stats.summary())
     dev = None
     if corpora.dev is not None:
