@@ -6,7 +6,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState
 from datasets import Dataset
-from transformers import GenerationConfig
+from transformers import GenerationConfig, TrainingArguments
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration, precision
@@ -221,3 +221,11 @@ def test_resuming_warns_of_missing_weights_but_not_of_the_tied_ones(
     without_fc1 = {name: tensor for name, tensor in saved.items() if "layers.0.feed_forward.fc1" not in name}
     trainer._issue_warnings_after_load(model.load_state_dict(without_fc1, strict=False))
     assert len(warnings) == 1 and "layers.0.feed_forward.fc1" in warnings[0] and "lm_head" not in warnings[0]
+
+
+def test_processes_wait_hours_not_minutes_for_the_first_data_preparation(tmp_path: Path) -> None:
+    """Issue 24: other ranks wait at a barrier while the main process prepares a new corpus (about 11 minutes for
+    4.5M pairs on 2 cores, more on a busy host); transformers' default 30-minute process-group timeout would end
+    the run, so the package sets its own."""
+    args = paper_training_arguments(tmp_path, 32, max_steps=1)
+    assert args.ddp_timeout == 4 * 3600 > TrainingArguments("unused").ddp_timeout
