@@ -12,6 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = {
     "vaswani-train",
+    "vaswani-prepare",
     "vaswani-translate",
     "vaswani-evaluate",
     "vaswani-average",

@@ -142,3 +142,31 @@ def test_a_new_run_folder_reuses_the_prepared_data_and_changes_prepare_anew(
     assert sorted(kinds) == ["bpe"] * 3 + ["tokenized"] * 4
     scores = json.loads((tmp_path / "longer" / "final" / "scores.json").read_text())
     assert scores["num_sentences"] == 5
+
+
+def test_vaswani_prepare_fills_the_cache_that_training_then_starts_from(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """`vaswani-prepare` takes the training flags, prepares into the data cache without touching --output_dir,
+    and a training with the same data and settings prepares nothing."""
+    from vaswani_transformer.cli import prepare
+
+    options = job(tmp_path, output_dir=tmp_path / "run")
+    flags = ["--train_source", options.train_source, "--train_target", options.train_target]
+    flags += ["--test_source", options.test_source, "--test_target", options.test_target]
+    for name in ("vocab_size", "dev_size", "max_length", "bpe_max_pairs", "seed", "lowercase", "data_cache"):
+        flags += [
+            f"--{name}",
+            str(getattr(options, name)),
+        ]  # over the default recipe's: the job's data settings
+    flags += ["--eval_steps", "0", "--output_dir", str(tmp_path / "run")]
+    assert prepare.main(flags) == 0
+    assert f"prepared in {tmp_path / 'cache'}: joint BPE of" in capsys.readouterr().out
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setattr(experiment, "train_bpe", lambda *args, **kwargs: pytest.fail("prepared again"))
+    monkeypatch.setattr(
+        experiment, "tokenize_parallel", lambda *args, **kwargs: pytest.fail("prepared again")
+    )
+    train_and_evaluate(options)
+    assert (tmp_path / "run" / "final" / "scores.json").is_file()
+    assert prepare.main([*flags, "--bpe_max_pairs", "-1"]) == 2

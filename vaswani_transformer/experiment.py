@@ -415,6 +415,15 @@ def _check_text_pairs(options: TrainOptions) -> None:
 
 def check_inputs(options: TrainOptions) -> None:
     """Fail before any long work: missing local files, and a model config that cannot be built."""
+    check_data_inputs(options)
+    options.model_config()
+    _check_sharing(options)
+    if _is_main_process():  # other processes find the main process's files there
+        _check_output_dir(options)
+
+
+def check_data_inputs(options: TrainOptions) -> None:
+    """What preparing the data needs: the corpus files, and the BPE sample and data cache settings."""
     for name in PATH_FIELDS:
         value = getattr(options, name)
         if value is not None and _is_local_path(value) and not Path(value).expanduser().exists():
@@ -427,12 +436,8 @@ def check_inputs(options: TrainOptions) -> None:
         raise ValueError(
             f"--bpe_max_pairs {options.bpe_max_pairs}: give a number of pairs, or 0 for all of them."
         )
-    if (cache := _data_cache(options)).exists() and not cache.is_dir():
+    if (cache := data_cache_folder(options)).exists() and not cache.is_dir():
         raise ValueError(f"--data_cache {cache} is a file: give a folder (it is made if missing).")
-    options.model_config()
-    _check_sharing(options)
-    if _is_main_process():  # other processes find the main process's files there
-        _check_output_dir(options)
 
 
 def _is_main_process() -> bool:
@@ -649,40 +654,45 @@ def prepare_training_data(
     train: Dataset,
     is_main_process: bool = True,
     in_turn: Callable[[str], contextlib.AbstractContextManager] | None = None,
+    for_run: bool = True,
 ) -> tuple[PreTrainedTokenizerBase, Dataset, FilterStats]:
     """The joint BPE vocabulary, the tokenised training pairs and what filtering dropped: from the data cache, or
-    made into it (`prepared`). `in_turn(step)` orders the processes of a distributed run (main process first)."""
+    made into it (`prepared`). `in_turn(step)` orders the processes of a distributed run (main process first).
+    For a run (`for_run`), the vocabulary is also the run folder's (`--output_dir`/tokenizer)."""
     in_turn = in_turn or (lambda step: contextlib.nullcontext())
     corpus_digest = content_digest(train)  # names the prepared data in the cache
     with in_turn("joint BPE vocabulary"):
-        tokenizer = _tokenizer_for(options, train, is_main_process, corpus_digest)
+        tokenizer = _tokenizer_for(options, train, is_main_process, corpus_digest, for_run)
     with in_turn("tokenising"):
         tokenized, filter_stats = _tokenized_training_set(options, train, tokenizer, corpus_digest)
     return tokenizer, tokenized, filter_stats
 
 
-def _data_cache(options: TrainOptions) -> Path:
+def data_cache_folder(options: TrainOptions) -> Path:
+    """--data_cache, or its default (HF_HOME/vaswani_transformer/prepared)."""
     return options.data_cache if options.data_cache is not None else default_data_cache()
 
 
 def _tokenizer_for(
-    options: TrainOptions, train: Dataset, is_main_process: bool, corpus_digest: str
+    options: TrainOptions, train: Dataset, is_main_process: bool, corpus_digest: str, for_run: bool = True
 ) -> PreTrainedTokenizerBase:
     """The joint BPE vocabulary of both sides of the training pairs (`bpe_sample` of them), trained once per
-    corpus content and settings into the data cache, and copied into the run folder by the main process.
+    corpus content and settings into the data cache, and (`for_run`) copied into the run folder by the main
+    process.
 
     Other processes (and `--resume`) load the run folder's, so every rank shares one vocabulary.
     """
     tokenizer_dir = options.output_dir / "tokenizer"
-    if tokenizer_dir.is_dir() and (options.resume or not is_main_process):
+    if for_run and tokenizer_dir.is_dir() and (options.resume or not is_main_process):
         return load_tokenizer(str(tokenizer_dir))
     settings = (corpus_digest, options.vocab_size, options.lowercase, options.bpe_max_pairs, options.seed)
-    prepared = prepared_folder(_data_cache(options), "bpe", *settings)
+    prepared = prepared_folder(data_cache_folder(options), "bpe", *settings)
     if prepared.is_dir():
         logger.info(f"joint BPE: reused {prepared}")
     build_once(prepared, lambda folder: _train_bpe_into(folder, options, train))
     tokenizer = load_tokenizer(str(prepared))
-    tokenizer.save_pretrained(tokenizer_dir)
+    if for_run:
+        tokenizer.save_pretrained(tokenizer_dir)
     if len(tokenizer) > options.vocab_size:
         logger.warning(
             f"warning: --vocab_size {options.vocab_size:,} is below the corpus's characters and special tokens: "
@@ -712,7 +722,7 @@ def _tokenized_training_set(
 ) -> tuple[Dataset, FilterStats]:
     """`tokenize_parallel` once per corpus content, vocabulary and length limit, kept in the data cache."""
     settings = (corpus_digest, tokenizer.backend_tokenizer.to_str(), options.max_length)
-    prepared = prepared_folder(_data_cache(options), "tokenized", *settings)
+    prepared = prepared_folder(data_cache_folder(options), "tokenized", *settings)
     if prepared.is_dir():
         logger.info(f"tokenised pairs: reused {prepared}")
     build_once(prepared, lambda folder: _tokenize_into(folder, options, train, tokenizer))

@@ -42,14 +42,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
     """Keeps the docstring's layout and shows every default (the recipe's, when one is given)."""
 
 
-def parse_options(argv: Sequence[str] | None = None) -> TrainOptions:
+def parse_options(
+    argv: Sequence[str] | None = None, prog: str = "vaswani-train", description: str | None = __doc__
+) -> TrainOptions:
     """Options from the command line: the recipe's values as defaults, given flags on top."""
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument("--recipe", default=DEFAULT_RECIPE)
     recipe = first.parse_known_args(argv)[0].recipe
-    parser = HfArgumentParser(
-        TrainOptions, prog="vaswani-train", description=__doc__, formatter_class=HelpFormatter
-    )
+    parser = HfArgumentParser(TrainOptions, prog=prog, description=description, formatter_class=HelpFormatter)
     parser.epilog = f"recipes: {', '.join(available_recipes())} (vaswani_transformer/recipes/*.yaml)"
     parser.set_defaults(**load_recipe(recipe, allowed=option_names()), recipe=recipe)
     (options,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
