@@ -302,3 +302,15 @@ def test_card_of_a_stock_trainer_fine_tune_claims_only_what_its_folder_records(
     assert metadata["base_model"] == "tester/tatoeba-mini"
     assert "not recorded in its folder" in card
     assert "Adam(0.9, 0.98, 1e-9)" not in card and "label smoothing 0.1" not in card
+
+
+def test_save_pretrained_with_push_to_hub_uploads_the_pipeline_too(
+    tiny_model, tmp_path: Path, fake_hub
+) -> None:
+    """Issue 23, item 1: `save_pretrained(..., push_to_hub=True)` uploads from inside transformers' save, which
+    ran before the pipeline's files were added; the commit now holds them, and config.json declares them."""
+    tiny_model.save_pretrained(tmp_path / "x", push_to_hub=True, repo_id="tester/x")
+    (path, _, files) = fake_hub.commits()[-1]
+    assert "tester/x" in path
+    assert {"translate.py", "precision.py", "modeling_vaswani_transformer.py"} <= set(files)
+    assert "vaswani-translation" in json.loads(files["config.json"])["custom_pipelines"]

@@ -376,6 +376,13 @@ class VaswaniTransformerPreTrainedModel(PreTrainedModel):
         finally:
             self.__class__ = sharded_class
 
+    def _upload_modified_files(self, working_dir: Any, *args: Any, **kwargs: Any) -> Any:
+        """transformers' upload, after the pipeline's code joins the folder: `save_pretrained(push_to_hub=True)`
+        uploads from inside transformers' save, before `save_pretrained` above adds it."""
+        if self._auto_class is not None:
+            ship_translation_pipeline(Path(working_dir), self.config.name_or_path)
+        return super()._upload_modified_files(working_dir, *args, **kwargs)
+
 
 def _make_positions(config: VaswaniTransformerConfig) -> nn.Module:
     """The §3.5 sinusoids, or Table 3 row (E)'s learned table."""
