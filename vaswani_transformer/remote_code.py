@@ -10,6 +10,7 @@ transformers, and never translate.py (a model must load without it).
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from transformers.dynamic_module_utils import get_relative_imports
@@ -20,18 +21,27 @@ PIPELINE_TASK = "vaswani-translation"  # translate.PIPELINE_TASK (tested equal)
 PIPELINE_CLASS = "VaswaniTranslationPipeline"
 
 
-def sibling_imports(code_file: Path) -> list[str]:
-    """The files beside `code_file` that it imports, directly or through each other (relative imports), which
-    remote code must ship with it; a missing one is named too (and then reported missing)."""
-    found: list[str] = []
-    reading = [code_file] if code_file.is_file() else []
+def imported_files(code_file: Path, locate: Callable[[str], Path | None]) -> dict[str, Path | None]:
+    """The files `code_file` imports, directly or through each other (relative imports), each where `locate`
+    finds it (None: not found)."""
+    found: dict[str, Path | None] = {}
+    reading = [code_file]
     while reading:
-        for name in get_relative_imports(reading.pop()):
-            if f"{name}.py" not in found:
-                found.append(f"{name}.py")
-                if (sibling := code_file.with_name(f"{name}.py")).is_file():
-                    reading.append(sibling)
+        for module in get_relative_imports(reading.pop()):
+            if (name := f"{module}.py") not in found:
+                found[name] = locate(name)
+                if found[name] is not None:
+                    reading.append(found[name])
     return found
+
+
+def sibling_imports(code_file: Path) -> list[str]:
+    """The files beside `code_file` that it imports, which remote code must ship with it; a missing one is named
+    too (and then reported missing)."""
+    if not code_file.is_file():
+        return []
+    beside = code_file.with_name
+    return list(imported_files(code_file, lambda name: beside(name) if beside(name).is_file() else None))
 
 
 def pipeline_code(loaded_from: str | None) -> list[Path]:
@@ -43,17 +53,15 @@ def pipeline_code(loaded_from: str | None) -> list[Path]:
         return [package_copy.with_name(name) for name in (PIPELINE_FILE, *sibling_imports(package_copy))]
     if not loaded_from:
         return []
-    found: list[Path] = []
-    wanted = [PIPELINE_FILE]
-    while wanted:
-        name = wanted.pop()
+
+    def cached(name: str) -> Path | None:
         where = cached_file(loaded_from, name, _raise_exceptions_for_missing_entries=False)
-        if where is None:
-            return []
-        found.append(Path(where))
-        named = {*wanted, *(path.name for path in found)}
-        wanted += [f"{module}.py" for module in get_relative_imports(where) if f"{module}.py" not in named]
-    return found
+        return None if where is None else Path(where)
+
+    if (pipeline_file := cached(PIPELINE_FILE)) is None:
+        return []
+    imports = imported_files(pipeline_file, cached)
+    return [] if None in imports.values() else [pipeline_file, *imports.values()]
 
 
 def ship_translation_pipeline(folder: Path, loaded_from: str | None = None) -> None:
