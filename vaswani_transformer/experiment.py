@@ -277,6 +277,10 @@ class TrainOptions:
                 raise ValueError(f"--{name} must be at least 1 (or left out), got {getattr(self, name)}.")
         if not self.lr_scale > 0:
             raise ValueError(f"--lr_scale must be positive, got {self.lr_scale}.")
+        if self.bpe_max_pairs < 0:
+            raise ValueError(
+                f"--bpe_max_pairs {self.bpe_max_pairs}: give a number of pairs, or 0 for all of them."
+            )
         if not 0 <= self.seed < 2**32:  # numpy's seed range: known now, not after the vocabulary is written
             raise ValueError(f"--seed must be between 0 and {2**32 - 1}, got {self.seed}.")
         if self.vocab_size > MAX_VOCAB_SIZE:  # the BPE trainer aborts the process (Rust) at 10^9
@@ -423,7 +427,7 @@ def check_inputs(options: TrainOptions) -> None:
 
 
 def check_data_inputs(options: TrainOptions) -> None:
-    """What preparing the data needs: the corpus files, and the BPE sample and data cache settings."""
+    """What preparing the data needs: the corpus files and a data cache folder."""
     for name in PATH_FIELDS:
         value = getattr(options, name)
         if value is not None and _is_local_path(value) and not Path(value).expanduser().exists():
@@ -432,10 +436,6 @@ def check_data_inputs(options: TrainOptions) -> None:
         if value is not None and Path(value).expanduser().is_dir():
             raise ValueError(f"--{name} {value} is a folder: give the file inside it.")
     _check_text_pairs(options)
-    if options.bpe_max_pairs < 0:
-        raise ValueError(
-            f"--bpe_max_pairs {options.bpe_max_pairs}: give a number of pairs, or 0 for all of them."
-        )
     if (cache := data_cache_folder(options)).exists() and not cache.is_dir():
         raise ValueError(f"--data_cache {cache} is a file: give a folder (it is made if missing).")
 
