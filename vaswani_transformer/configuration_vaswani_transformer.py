@@ -185,10 +185,12 @@ def _without_locally_served_pipelines(kwargs: dict[str, Any]) -> dict[str, Any]:
     """A saved folder declares its pipeline in `custom_pipelines`, remote code for processes without this package;
     where the package has registered the task itself, its own pipeline serves it with no `trust_remote_code`, as
     its registered model classes do (transformers asks for trust whenever a config declares a pipeline)."""
-    # Imported here: loading a config needs transformers' pipelines for nothing else.
+    declared = kwargs.get("custom_pipelines") or {}
+    if not declared:
+        return kwargs
+    # Imported here, for saved folders only: a config needs transformers' pipelines for nothing else.
     from transformers.pipelines import PIPELINE_REGISTRY
 
-    declared = kwargs.get("custom_pipelines") or {}
-    if declared and set(declared) <= set(PIPELINE_REGISTRY.get_supported_tasks()):
+    if set(declared) <= set(PIPELINE_REGISTRY.get_supported_tasks()):
         return {name: value for name, value in kwargs.items() if name != "custom_pipelines"}
     return kwargs
