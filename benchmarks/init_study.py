@@ -43,6 +43,7 @@ from transformers import DataCollatorForSeq2Seq, get_inverse_sqrt_schedule
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import TokenBudgetBatchSampler, load_parallel, tokenize_parallel
 from vaswani_transformer.monitoring import is_degenerate, unigram_loss
+from vaswani_transformer.token_arrays import TokenizedPairs
 from vaswani_transformer.tokenization import train_bpe
 from vaswani_transformer.training import ADAM_BETAS, ADAM_EPSILON
 from vaswani_transformer.translate import translate
@@ -337,9 +338,9 @@ def main() -> None:
         print(f"wrote {args.figure}")
         return
     tokenizer, loader, tokenized, val = load_data(args.data_dir, args.max_tokens, args.seed)
-    unigram = unigram_loss(tokenized, len(tokenizer), label_smoothing=0.1)
-    labels = torch.tensor([t for row in tokenized["labels"] for t in row])
-    counts = torch.bincount(labels, minlength=len(tokenizer))
+    counts = TokenizedPairs.from_dataset(tokenized).target_counts(len(tokenizer))
+    unigram = unigram_loss(counts, label_smoothing=0.1)
+    counts = torch.from_numpy(counts)
     frequent = counts.topk(500).indices.to(args.device)  # the 500 commonest tokens
     probe_pairs = val.select(range(64))
     collator = DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100)

@@ -8,19 +8,15 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pytest
-import torch
 from datasets import Dataset, Features, Translation
-from torch.utils.data import DataLoader
-from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
 from vaswani_transformer import data
 from vaswani_transformer.data import (
     PAIR_FEATURES,
     TATOEBA_DIR,
     LoadStats,
-    PaddedPairBatches,
     TokenBudgetBatchSampler,
-    already_collated,
     load_hub,
     load_parallel,
     load_tatoeba,
@@ -354,31 +350,3 @@ def test_sampler_is_fast_for_a_large_corpus() -> None:
     n_batches = len(sampler)
     assert time.perf_counter() - start < 1.0
     assert n_batches >= int(np.maximum(src, tgt).sum() / 25_000)
-
-
-@pytest.mark.parametrize("num_workers", [0, 1])
-def test_padded_pair_batches_equal_the_seq2seq_collator_within_budget(
-    tokenizer: PreTrainedTokenizerFast, sample: Dataset, num_workers: int
-) -> None:
-    tokenized, _ = tokenize_parallel(sample, tokenizer)
-    tokenized = tokenized.select(range(len(tokenized) - 1, 0, -2))  # an index mapping, as filtering leaves
-    sampler = TokenBudgetBatchSampler.from_dataset(tokenized, max_tokens=600, seed=3)
-    loader = DataLoader(
-        PaddedPairBatches(tokenized, tokenizer.pad_token_id),
-        batch_sampler=sampler,
-        collate_fn=already_collated,
-        num_workers=num_workers,
-    )
-    collator = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100)
-    rows = tokenized.remove_columns(["src_len", "tgt_len"])
-    seen = 0
-    for indices, batch in zip(sampler, loader, strict=True):
-        expected = collator([rows[i] for i in indices])
-        assert batch.keys() == expected.keys() == {"input_ids", "attention_mask", "labels"}
-        for name, tensor in expected.items():
-            assert batch[name].dtype == tensor.dtype and torch.equal(batch[name], tensor), name
-        assert batch["input_ids"].numel() <= 600 and batch["labels"].numel() <= 600
-        label_ends = (batch["labels"] != -100).sum(1) - 1
-        assert (batch["labels"].gather(1, label_ends[:, None]) == tokenizer.eos_token_id).all()
-        seen += batch["input_ids"].shape[0]
-    assert seen == len(tokenized)

@@ -165,7 +165,7 @@ def test_resume_continues_from_the_last_checkpoint(shared_data: Path, tmp_path: 
     train_and_evaluate(TrainOptions(max_steps=4, **common))
     vocabulary = (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_text()
     # the tokenised corpus is reused from disk, not recomputed
-    monkeypatch.setattr(experiment, "tokenize_parallel", lambda *args, **kwargs: pytest.fail("re-tokenised"))
+    monkeypatch.setattr(experiment, "write_tokenized", lambda *args, **kwargs: pytest.fail("re-tokenised"))
     train_and_evaluate(TrainOptions(max_steps=8, resume=True, **common))
     state = json.loads((tmp_path / "run" / "checkpoint-8" / "trainer_state.json").read_text())
     assert state["global_step"] == 8

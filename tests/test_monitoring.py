@@ -21,6 +21,7 @@ from vaswani_transformer.monitoring import (
     translation_symptom,
     unigram_loss,
 )
+from vaswani_transformer.token_arrays import TokenizedPairs
 from vaswani_transformer.training import build_trainer, paper_training_arguments
 
 
@@ -28,11 +29,10 @@ def test_unigram_loss_is_the_loss_of_the_best_constant_prediction() -> None:
     """The floor equals the label-smoothed cross-entropy of predicting the smoothed unigram distribution at every
     position, and every other constant prediction does worse."""
     labels = [[4, 4, 5, 3], [4, 3], [6, 6, 6, 4, 5, 3]]
-    tokenized = Dataset.from_dict({"labels": labels})
     vocab, smoothing = 9, 0.1
-    floor = unigram_loss(tokenized, vocab, smoothing)
     flat = torch.tensor([token for row in labels for token in row])
     counts = torch.bincount(flat, minlength=vocab).double()
+    floor = unigram_loss(counts.numpy(), smoothing)
     target = (1 - smoothing) * counts / counts.sum() + smoothing / vocab
     loss_of = lambda logits: torch.nn.functional.cross_entropy(  # noqa: E731
         logits.expand(len(flat), vocab), flat, label_smoothing=smoothing
@@ -130,7 +130,8 @@ def train_reversal(
         save_steps=10**6,
         use_cpu=True,
     )
-    floor = unigram_loss(pairs, len(tokenizer), model.config.label_smoothing)
+    label_counts = TokenizedPairs.from_dataset(pairs).target_counts(len(tokenizer))
+    floor = unigram_loss(label_counts, model.config.label_smoothing)
     check = HealthCheck(floor, collapse_check_step(50), advice="Lower --lr_scale.")
     trainer = build_trainer(
         model, tokenizer, pairs, args, max_tokens=256, callbacks=[check, *extra_callbacks]

@@ -123,7 +123,7 @@ def test_a_new_run_folder_reuses_the_prepared_data_and_changes_prepare_anew(
         pytest.fail("prepared again")
 
     monkeypatch.setattr(experiment, "train_bpe", no_more_preparing)
-    monkeypatch.setattr(experiment, "tokenize_parallel", no_more_preparing)
+    monkeypatch.setattr(experiment, "write_tokenized", no_more_preparing)
     source = Path(first.train_source)
     os.utime(source, (time.time() + 60, time.time() + 60))  # touched, same content
     train_and_evaluate(job(tmp_path, output_dir=tmp_path / "second"))
@@ -164,9 +164,7 @@ def test_vaswani_prepare_fills_the_cache_that_training_then_starts_from(
     assert f"prepared in {tmp_path / 'cache'}: joint BPE of" in capsys.readouterr().out
     assert not (tmp_path / "run").exists()
     monkeypatch.setattr(experiment, "train_bpe", lambda *args, **kwargs: pytest.fail("prepared again"))
-    monkeypatch.setattr(
-        experiment, "tokenize_parallel", lambda *args, **kwargs: pytest.fail("prepared again")
-    )
+    monkeypatch.setattr(experiment, "write_tokenized", lambda *args, **kwargs: pytest.fail("prepared again"))
     train_and_evaluate(options)
     assert (tmp_path / "run" / "final" / "scores.json").is_file()
     assert prepare.main([*flags, "--bpe_max_pairs", "-1"]) == 2

@@ -11,13 +11,9 @@ from transformers import GenerationConfig, TrainingArguments
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration, precision
-from vaswani_transformer.data import (
-    PaddedPairBatches,
-    TokenBudgetBatchSampler,
-    already_collated,
-    tokenize_parallel,
-)
+from vaswani_transformer.data import TokenBudgetBatchSampler, tokenize_parallel
 from vaswani_transformer.evaluation import dev_metrics
+from vaswani_transformer.token_arrays import PaddedPairBatches, already_collated
 from vaswani_transformer.training import build_trainer, paper_learning_rate, paper_training_arguments
 
 

@@ -12,11 +12,9 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 from datasets import Dataset, DatasetDict, DatasetInfo, Features, List, Translation, Value
 from datasets.fingerprint import generate_random_fingerprint
 from datasets.table import InMemoryTable
-from torch.utils.data import Dataset as TorchDataset
 from torch.utils.data import Sampler
 from transformers import PreTrainedTokenizerBase
 
@@ -58,7 +56,7 @@ class LoadStats:
 
 @dataclass
 class FilterStats:
-    """How many tokenised pairs `tokenize_parallel` kept and why it removed the others."""
+    """How many tokenised pairs `tokenize_parallel` (or `token_arrays.write_tokenized`) kept and why it removed the others."""
 
     total: int
     kept: int
@@ -353,6 +351,15 @@ def _tokenize_batch(
     }
 
 
+def dropped_pairs(
+    src_len: np.ndarray, tgt_len: np.ndarray, n_special: int, max_length: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which pairs training drops, by their lengths in tokens: those with a side of special tokens only (empty),
+    and the others with a side longer than `max_length`."""
+    empty = (src_len <= n_special) | (tgt_len <= n_special)
+    return empty, ~empty & ((src_len > max_length) | (tgt_len > max_length))
+
+
 def tokenize_parallel(
     ds: Dataset, tokenizer: PreTrainedTokenizerBase, max_length: int = 256, num_proc: int | None = None
 ) -> tuple[Dataset, FilterStats]:
@@ -368,9 +375,7 @@ def tokenize_parallel(
         desc="Tokenising",
     )
     src_len, tgt_len = _column(tokenized, "src_len").to_numpy(), _column(tokenized, "tgt_len").to_numpy()
-    n_special = tokenizer.num_special_tokens_to_add()
-    empty = (src_len <= n_special) | (tgt_len <= n_special)
-    too_long = ~empty & ((src_len > max_length) | (tgt_len > max_length))
+    empty, too_long = dropped_pairs(src_len, tgt_len, tokenizer.num_special_tokens_to_add(), max_length)
     keep = ~(empty | too_long)
     stats = FilterStats(
         total=len(tokenized),
@@ -474,61 +479,3 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         """The exact number of batches in the current epoch."""
         return len(self._batches())
-
-
-def _flat_tokens(ds: Dataset, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """A list-of-ids column as one flat int32 array and each row's start offset (plus the end)."""
-    column = _column(ds, name).combine_chunks()
-    tokens = pc.list_flatten(column).to_numpy(zero_copy_only=False)
-    offsets = np.zeros(len(column) + 1, dtype=np.int64)
-    np.cumsum(pc.list_value_length(column).to_numpy(zero_copy_only=False), out=offsets[1:])
-    return tokens, offsets
-
-
-def _padded_rows(
-    tokens: np.ndarray, offsets: np.ndarray, indices: np.ndarray, pad: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Rows `indices` right-padded with `pad` into one (rows, longest) int64 array, and the mask of real tokens."""
-    starts, lengths = offsets[indices], offsets[indices + 1] - offsets[indices]
-    width = int(lengths.max()) if len(indices) else 0
-    real = np.arange(width) < lengths[:, None]  # (rows, longest)
-    padded = np.full(real.shape, pad, dtype=np.int64)
-    padded[real] = tokens[(starts[:, None] + np.arange(width))[real]]
-    return padded, real
-
-
-class PaddedPairBatches(TorchDataset):
-    """Tokenised pairs held as flat numpy arrays, served as padded batches without a Python object per token.
-
-    `pairs.__getitems__(indices)` (what a DataLoader with a batch sampler calls) returns the tensors that
-    `DataCollatorForSeq2Seq(label_pad_token_id=-100)` makes from the same rows: input_ids padded with `pad_token_id`,
-    attention_mask, labels padded with -100 (the model shifts labels into decoder inputs itself). Memory: 4 bytes
-    per token plus 8 per pair and side; forked loader workers share it.
-    """
-
-    def __init__(self, ds: Dataset, pad_token_id: int) -> None:
-        """Copy the "input_ids" and "labels" columns of a `tokenize_parallel` result into flat arrays."""
-        self.source, self.source_offsets = _flat_tokens(ds, "input_ids")
-        self.target, self.target_offsets = _flat_tokens(ds, "labels")
-        self.pad_token_id = pad_token_id
-
-    def __len__(self) -> int:
-        return len(self.source_offsets) - 1
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        return {name: rows[0] for name, rows in self.__getitems__([index]).items()}
-
-    def __getitems__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        rows = np.asarray(indices, dtype=np.int64)
-        input_ids, real = _padded_rows(self.source, self.source_offsets, rows, self.pad_token_id)
-        labels, _ = _padded_rows(self.target, self.target_offsets, rows, -100)
-        return {
-            "input_ids": torch.from_numpy(input_ids),
-            "attention_mask": torch.from_numpy(real.astype(np.int64)),
-            "labels": torch.from_numpy(labels),
-        }
-
-
-def already_collated(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The DataLoader's collate_fn for `PaddedPairBatches`, whose batches come out collated."""
-    return batch

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import torch
 import transformers
-from datasets import Dataset, load_from_disk
+from datasets import Dataset
 from filelock import FileLock, Timeout
 from huggingface_hub import get_token
 from huggingface_hub.errors import StrictDataclassError
@@ -69,6 +69,7 @@ from .prepared import (
     texts_for_bpe,
 )
 from .recipes import available_recipes, load_recipe
+from .token_arrays import TokenizedPairs, write_tokenized
 from .tokenization import load_tokenizer, train_bpe
 from .training import (
     MIXED_PRECISIONS,
@@ -655,7 +656,7 @@ def prepare_training_data(
     is_main_process: bool = True,
     in_turn: Callable[[str], contextlib.AbstractContextManager] | None = None,
     for_run: bool = True,
-) -> tuple[PreTrainedTokenizerBase, Dataset, FilterStats]:
+) -> tuple[PreTrainedTokenizerBase, TokenizedPairs, FilterStats]:
     """The joint BPE vocabulary, the tokenised training pairs and what filtering dropped: from the data cache, or
     made into it (`prepared`). `in_turn(step)` orders the processes of a distributed run (main process first).
     For a run (`for_run`), the vocabulary is also the run folder's (`--output_dir`/tokenizer)."""
@@ -719,26 +720,26 @@ def _train_bpe_into(folder: Path, options: TrainOptions, train: Dataset) -> None
 
 def _tokenized_training_set(
     options: TrainOptions, train: Dataset, tokenizer: PreTrainedTokenizerBase, corpus_digest: str
-) -> tuple[Dataset, FilterStats]:
-    """`tokenize_parallel` once per corpus content, vocabulary and length limit, kept in the data cache."""
+) -> tuple[TokenizedPairs, FilterStats]:
+    """The pairs tokenised once per corpus content, vocabulary and length limit into the data cache
+    (`token_arrays.write_tokenized`), memory-mapped from there."""
     settings = (corpus_digest, tokenizer.backend_tokenizer.to_str(), options.max_length)
     prepared = prepared_folder(data_cache_folder(options), "tokenized", *settings)
     if prepared.is_dir():
         logger.info(f"tokenised pairs: reused {prepared}")
     build_once(prepared, lambda folder: _tokenize_into(folder, options, train, tokenizer))
     stats = FilterStats(**json.loads((prepared / "filter_stats.json").read_text()))
-    return load_from_disk(str(prepared / "pairs")), stats
+    return TokenizedPairs.load(prepared), stats
 
 
 def _tokenize_into(
     folder: Path, options: TrainOptions, train: Dataset, tokenizer: PreTrainedTokenizerBase
 ) -> None:
     started = time.perf_counter()
-    tokenized, stats = tokenize_parallel(train, tokenizer, max_length=options.max_length)
+    stats = write_tokenized(train, tokenizer, folder, options.max_length)
     logger.info(f"tokenised {len(train):,} pairs in {time.perf_counter() - started:.1f} s")
     if stats.kept == 0:
         raise CorpusError(f"no training pair is left ({stats.summary()}): raise --max_length.")
-    tokenized.save_to_disk(str(folder / "pairs"))
     (folder / "filter_stats.json").write_text(json.dumps(asdict(stats)))
 
 
@@ -1019,7 +1020,7 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     )
     if is_main_process:
         _write_options(options, options.output_dir)
-    floor = unigram_loss(tokenized, len(tokenizer), config.label_smoothing)
+    floor = unigram_loss(tokenized.target_counts(len(tokenizer)), config.label_smoothing)
     trainer = _trainer_for(options, args, model, tokenizer, tokenized, dev, floor, advice)
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=_resume_point(options, is_main_process))

@@ -12,8 +12,6 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-import pyarrow.compute as pc
-from datasets import Dataset
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 logger = logging.getLogger(__name__)
@@ -38,16 +36,16 @@ class TrainingCollapsed(TrainingFailure):
     """The model ignores its input: loss stuck at the unigram floor, or degenerate translations."""
 
 
-def unigram_loss(tokenized: Dataset, vocab_size: int, label_smoothing: float) -> float:
-    """The label-smoothed loss of the best predictor that ignores the source and the target prefix.
+def unigram_loss(label_counts: np.ndarray, label_smoothing: float) -> float:
+    """The label-smoothed loss of the best predictor that ignores the source and the target prefix, from how often
+    each of the vocabulary's ids occurs among the labels (`TokenizedPairs.target_counts`).
 
     With smoothing ε the training target of a token y is (1 - ε)·onehot(y) + ε/V, so the best constant prediction
     is the average target T = (1 - ε)·p + ε/V (p: unigram frequencies of the labels) and its loss is the entropy
     H(T). A model whose loss stays at this floor has learnt nothing beyond word frequencies.
     """
-    labels = pc.list_flatten(tokenized.with_format("arrow")["labels"]).to_numpy(zero_copy_only=False)
-    counts = np.bincount(labels[labels >= 0], minlength=vocab_size).astype(np.float64)
-    target = (1.0 - label_smoothing) * counts / counts.sum() + label_smoothing / vocab_size
+    counts = np.asarray(label_counts, dtype=np.float64)
+    target = (1.0 - label_smoothing) * counts / counts.sum() + label_smoothing / len(counts)
     return float(-(target * np.log(target)).sum())
 
 

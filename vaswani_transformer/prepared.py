@@ -21,7 +21,7 @@ from datasets import Dataset
 from filelock import FileLock
 from huggingface_hub import constants
 
-PREPARED_FORMAT = "1"  # bump when what a prepared folder holds, or how it is made, changes
+PREPARED_FORMAT = "2"  # bump when what a prepared folder holds, or how it is made, changes
 ARROW_BATCH = 10_000  # pairs per Arrow batch fed to the BPE trainer
 
 

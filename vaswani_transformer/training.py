@@ -23,9 +23,10 @@ from transformers import (
 from transformers.trainer_callback import PrinterCallback
 
 from .checkpoints import with_usual_permissions
-from .data import PaddedPairBatches, TokenBudgetBatchSampler, already_collated
+from .data import TokenBudgetBatchSampler
 from .monitoring import TrainingProgress
 from .precision import bf16_is_faster, bf16_reason
+from .token_arrays import PaddedPairBatches, TokenizedPairs, already_collated
 
 # §5.3 Optimizer: Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9 (AdamW with no weight decay is exactly Adam).
 ADAM_BETAS = (0.9, 0.98)
@@ -150,7 +151,8 @@ def paper_training_arguments(
 class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     """Seq2SeqTrainer on §5.1 batches of about `max_tokens` source and target tokens.
 
-    Training batches are padded from flat token arrays (`data.PaddedPairBatches`), about 40× faster on the host
+    Training batches are padded from flat token arrays (`token_arrays.PaddedPairBatches`; `train_dataset` is
+    `TokenizedPairs`, memory-mapped from the data cache, or a `tokenize_parallel` Dataset), about 40× faster on the host
     than collating Python lists with `DataCollatorForSeq2Seq` (which still collates the dev set).
 
     It also logs target tokens per second of training (from the token counts the Trainer makes anyway, read once
@@ -165,12 +167,14 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         self._window_started = time.perf_counter()
 
     def get_train_dataloader(self) -> DataLoader:
-        sampler = TokenBudgetBatchSampler.from_dataset(
-            self.train_dataset, self.max_tokens, seed=self.args.seed
-        )
         pad_token_id = getattr(self.processing_class, "pad_token_id", self.model.config.pad_token_id)
+        batches = PaddedPairBatches(self.train_dataset, pad_token_id)  # padded batches without Python lists
+        pairs = batches.pairs
+        sampler = TokenBudgetBatchSampler(
+            pairs.source_lengths, pairs.target_lengths, self.max_tokens, seed=self.args.seed
+        )
         loader = DataLoader(
-            PaddedPairBatches(self.train_dataset, pad_token_id),  # padded batches without Python lists
+            batches,
             batch_sampler=sampler,
             collate_fn=already_collated,
             num_workers=self.args.dataloader_num_workers,
@@ -223,7 +227,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
 def build_trainer(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    train_dataset: Dataset,
+    train_dataset: TokenizedPairs | Dataset,
     args: Seq2SeqTrainingArguments,
     max_tokens: int,
     *,
