@@ -1,27 +1,30 @@
 """Preparing a large corpus for training: per-phase seconds and peak memory, first time and from the cache.
 
 Builds N En–De pairs of news-like length from the embedded Tatoeba corpus (seeded: four random Tatoeba pairs
-joined into one line, ~29 words), then runs the job's preparation (`experiment.prepare_training_data`: read, content
-digest, joint BPE on a `--bpe_max_pairs` sample, tokenising) twice: into an empty data cache, and again as a new
-run folder would (cache hit). The peer, in the same run: the joint BPE trained on every pair, as before the sample.
+joined into one line, ~29 words), then starts training as the job does, up to its first padded batch (read,
+content digest, joint BPE on a `--bpe_max_pairs` sample, tokenising into memory-mapped token files, the first
+epoch's batches), each time in a new interpreter so that each reports its own peak memory: into an empty data
+cache, again as a new run folder would (cache hit), and as two processes of a distributed run at once. The peer,
+in the same run: the joint BPE trained on every pair, as before the sample.
 
     python benchmarks/bench_data.py --pairs 1000000
 """
 
 import argparse
-import logging
-import resource
+import multiprocessing
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
 
-from vaswani_transformer.data import load_tatoeba, load_text_pair
+from vaswani_transformer.data import TokenBudgetBatchSampler, load_tatoeba, load_text_pair
 from vaswani_transformer.experiment import TrainOptions, prepare_training_data
 from vaswani_transformer.prepared import texts_for_bpe
+from vaswani_transformer.token_arrays import PaddedPairBatches
 from vaswani_transformer.tokenization import train_bpe
 
 SENTENCES_PER_LINE = 4
@@ -42,16 +45,53 @@ def build_corpus(folder: Path, pairs: int, seed: int) -> tuple[Path, Path]:
     return paths
 
 
-def peak_rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+def memory_gb() -> dict[str, float]:
+    """This process's peak resident memory, and what is resident now: private (anonymous) and mapped from files
+    (shared between processes that map the same file)."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    kilobytes = {name: int(status[name].split()[0]) for name in ("VmHWM", "RssAnon", "RssFile")}
+    return {name: value / 1e6 for name, value in kilobytes.items()}
 
 
-def timed(label: str, results: dict[str, float], work: Callable[[], T]) -> T:
+def start_training(options: TrainOptions) -> dict[str, float]:
+    """What a run does before its first update, timed: read the corpus, prepare it (or find it prepared), map
+    the token files, build the first epoch's batches and pad the first batch."""
     started = time.perf_counter()
-    value = work()
-    results[label] = time.perf_counter() - started
-    print(f"  {label:<34} {results[label]:8.1f} s   peak RSS {peak_rss_gb():5.2f} GB", flush=True)
-    return value
+    train = load_text_pair(options.train_source, options.train_target)[0]
+    read = time.perf_counter()
+    tokenizer, pairs, _ = prepare_training_data(options, train)
+    del train  # what the job keeps of the text: nothing
+    prepared = time.perf_counter()
+    batches = PaddedPairBatches(pairs, tokenizer.pad_token_id)
+    sampler = TokenBudgetBatchSampler(pairs.source_lengths, pairs.target_lengths, 25_000, seed=0)
+    batches.__getitems__(next(iter(sampler)))
+    first_batch = time.perf_counter()
+    return {
+        "read s": read - started,
+        "prepare s": prepared - read,
+        "to first batch s": first_batch - started,
+        **memory_gb(),
+    }
+
+
+def in_fresh_processes(work: Callable[[TrainOptions], T], options: list[TrainOptions]) -> list[T]:
+    """`work(options)` for each of `options`, at the same time, each in a new interpreter (its own peak memory)."""
+    with ProcessPoolExecutor(len(options), mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(work, options))
+
+
+def bpe_on_every_pair(options: TrainOptions) -> dict[str, float]:
+    """The peer: the joint BPE trained on every pair, as before the sample."""
+    train = load_text_pair(options.train_source, options.train_target)[0]
+    started = time.perf_counter()
+    train_bpe(texts_for_bpe(train), options.vocab_size)
+    return {"BPE s": time.perf_counter() - started, **memory_gb()}
+
+
+def show(label: str, figures: dict[str, float]) -> None:
+    print(
+        f"  {label:<30} " + "  ".join(f"{name} {value:7.2f}" for name, value in figures.items()), flush=True
+    )
 
 
 def main() -> None:
@@ -66,33 +106,36 @@ def main() -> None:
     parser.add_argument(
         "--workdir", type=Path, help="folder for the corpus and cache (default: a temporary one)"
     )
+    parser.add_argument("--no_peer", action="store_true", help="skip the peer (BPE on every pair)")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="      %(message)s")  # the preparation's own phase times
     with tempfile.TemporaryDirectory(dir=args.workdir) as scratch:
         root = Path(scratch)
         source, target = build_corpus(root, args.pairs, seed=0)
         size = (source.stat().st_size + target.stat().st_size) / 1e6
         print(f"{args.pairs:,} pairs, {size:,.0f} MB of text; joint BPE {args.vocab_size:,}")
-        results: dict[str, float] = {}
-        train = timed("read", results, lambda: load_text_pair(source, target)[0])
-        for run in ("first run (empty cache)", "new run folder (cache hit)"):
-            print(run)
-            options = TrainOptions(
+        print("memory in GB: VmHWM peak resident, RssAnon private, RssFile mapped from files (shared)")
+
+        def run(name: str) -> TrainOptions:
+            return TrainOptions(
                 train_source=str(source), train_target=str(target), test_source=str(source),
                 test_target=str(target), vocab_size=args.vocab_size,
-                bpe_max_pairs=args.bpe_max_pairs, data_cache=root / "cache", output_dir=root / run.split()[0],
+                bpe_max_pairs=args.bpe_max_pairs, data_cache=root / "cache", output_dir=root / name,
             )  # fmt: skip
-            timed(
-                f"prepare: {run.split()[0]}",
-                results,
-                lambda options=options: prepare_training_data(options, train),
-            )
-        print("peer: the joint BPE on every pair (before the sample)")
-        timed("BPE, all pairs", results, lambda: train_bpe(texts_for_bpe(train), args.vocab_size))
+
+        first = in_fresh_processes(start_training, [run("first")])[0]
+        show("first run (empty cache)", first)
+        hit = in_fresh_processes(start_training, [run("second")])[0]
+        show("new run folder (cache hit)", hit)
+        for rank, figures in enumerate(in_fresh_processes(start_training, [run("rank0"), run("rank1")])):
+            show(f"2 processes at once: {rank}", figures)
         print(
-            f"first preparation {results['prepare: first']:.1f} s, from the cache {results['prepare: new']:.1f} s "
-            f"({results['prepare: first'] / results['prepare: new']:.0f}x)"
+            f"first preparation {first['to first batch s']:.1f} s, to the first batch from the cache "
+            f"{hit['to first batch s']:.1f} s ({first['to first batch s'] / hit['to first batch s']:.0f}x)"
         )
+        if not args.no_peer:
+            peer = in_fresh_processes(bpe_on_every_pair, [run("peer")])[0]
+            show("peer: BPE on every pair", peer)
+            print(f"BPE on every pair {peer['BPE s']:.1f} s")
 
 
 if __name__ == "__main__":
