@@ -12,7 +12,8 @@ import pytest
 from datasets import Dataset
 
 from tests.conftest import tatoeba_files
-from vaswani_transformer import experiment
+from vaswani_transformer import data, experiment
+from vaswani_transformer.data import load_text_pair, load_tsv
 from vaswani_transformer.experiment import TrainOptions, train_and_evaluate
 from vaswani_transformer.prepared import bpe_sample, build_once, content_digest, prepared_folder
 
@@ -110,13 +111,71 @@ def job(tmp_path: Path, **overrides: object) -> TrainOptions:
     return TrainOptions(**{**settings, **overrides})
 
 
+def corpus_lines(count: int) -> tuple[bytes, bytes]:
+    """`count` aligned lines with an empty pair and an undecodable one among them, as real corpora have."""
+    sources = [f"A sentence number {i} .".encode() for i in range(count)]
+    targets = [f"Satz Nummer {i} .".encode() for i in range(count)]
+    sources[3], targets[7] = b"   ", b"caf\xe9"
+    return b"\n".join(sources) + b"\n", b"\n".join(targets) + b"\n"
+
+
+def test_corpus_files_are_read_once_into_the_cache_then_mapped(tmp_path: Path, monkeypatch) -> None:
+    """The same pairs and counts as a plain read; a second load reads nothing; a touched file, or one of the same
+    size and time whose first byte changed, is read again; a failed read leaves nothing behind."""
+    source, target = tmp_path / "train.en", tmp_path / "train.de"
+    for path, lines in zip((source, target), corpus_lines(250), strict=True):
+        path.write_bytes(lines)
+    monkeypatch.setattr(data, "PAIRS_PER_CHUNK", 40)  # several chunks written to the stream
+    expected, expected_stats = load_text_pair(source, target)
+    cache = tmp_path / "cache"
+    first, stats = load_text_pair(source, target, cache)
+    assert first.to_dict() == expected.to_dict() and stats == expected_stats
+    assert stats.skipped_empty == stats.skipped_undecodable == 1
+    assert [Path(file["filename"]).parent.parent for file in first.cache_files] == [
+        cache
+    ]  # mapped, not copied
+
+    reads = []
+    real_aligned_lines = data._aligned_lines
+    monkeypatch.setattr(
+        data, "_aligned_lines", lambda *paths: reads.append(paths) or real_aligned_lines(*paths)
+    )
+    again, again_stats = load_text_pair(source, target, cache)
+    assert again.to_dict() == expected.to_dict() and again_stats == expected_stats and reads == []
+
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))  # touched
+    assert load_text_pair(source, target, cache)[0].to_dict() == expected.to_dict() and len(reads) == 1
+    times = source.stat().st_atime_ns, source.stat().st_mtime_ns
+    source.write_bytes(b"B" + source.read_bytes()[1:])  # same size, and the time put back
+    os.utime(source, ns=times)
+    changed = load_text_pair(source, target, cache)[0]
+    assert len(reads) == 2 and changed["source"][0] == "B" + expected["source"][0][1:]
+
+    target.write_bytes(target.read_bytes() + b"one line more\n")
+    with pytest.raises(ValueError, match="line counts differ"):
+        load_text_pair(source, target, cache)
+    assert len([path for path in cache.iterdir() if path.is_dir()]) == 3  # the failed read left no folder
+
+
+def test_a_tsv_corpus_is_read_once_per_choice_of_columns(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"id{i}\tHello {i}.\tHallo {i}.\n" for i in range(30)) + "broken line\n")
+    cache = tmp_path / "cache"
+    for columns in ((1, 2), (2, 1)):
+        expected = load_tsv(path, *columns)
+        loaded = load_tsv(path, *columns, cache=cache)
+        assert loaded[0].to_dict() == expected[0].to_dict() and loaded[1] == expected[1]
+        assert loaded[1].skipped_malformed == 1
+    assert len([path for path in cache.glob("text-*") if path.is_dir()]) == 2
+
+
 def test_a_new_run_folder_reuses_the_prepared_data_and_changes_prepare_anew(
     tmp_path: Path, monkeypatch
 ) -> None:
     first = job(tmp_path, output_dir=tmp_path / "first")
     train_and_evaluate(first)
     prepared = sorted(path.name for path in (tmp_path / "cache").iterdir() if path.is_dir())
-    assert [name.split("-")[0] for name in prepared] == ["bpe", "tokenized"]
+    assert [name.split("-")[0] for name in prepared] == ["bpe", "text", "tokenized"]
     tokenizer = (tmp_path / "first" / "tokenizer" / "tokenizer.json").read_text()
 
     def no_more_preparing(*args: object, **kwargs: object) -> None:
@@ -138,8 +197,9 @@ def test_a_new_run_folder_reuses_the_prepared_data_and_changes_prepare_anew(
     train_and_evaluate(job(tmp_path, output_dir=tmp_path / "lowercased", lowercase=True))
     train_and_evaluate(job(tmp_path, output_dir=tmp_path / "longer", max_length=40))
     kinds = [path.name.split("-")[0] for path in (tmp_path / "cache").iterdir() if path.is_dir()]
-    # the changed byte and lowercasing: a BPE and tokenised pairs each; max_length: tokenised pairs only
-    assert sorted(kinds) == ["bpe"] * 3 + ["tokenized"] * 4
+    # the changed byte and lowercasing: a BPE and tokenised pairs each; max_length: tokenised pairs only; the
+    # text read again when touched (same pairs: nothing prepared again) and when changed
+    assert sorted(kinds) == ["bpe"] * 3 + ["text"] * 3 + ["tokenized"] * 4
     scores = json.loads((tmp_path / "longer" / "final" / "scores.json").read_text())
     assert scores["num_sentences"] == 5
 

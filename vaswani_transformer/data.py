@@ -1,9 +1,10 @@
 """Parallel corpora as Datasets with "source"/"target" columns, tokenisation and token-budget batching."""
 
 import gzip
+import json
 import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -14,9 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, DatasetInfo, Features, List, Translation, Value
 from datasets.fingerprint import generate_random_fingerprint
-from datasets.table import InMemoryTable
+from datasets.table import InMemoryTable, MemoryMappedTable, Table
 from torch.utils.data import Sampler
 from transformers import PreTrainedTokenizerBase
+
+from .prepared import build_once, files_key, prepared_folder
 
 PAIR_FEATURES = Features({"source": Value("string"), "target": Value("string")})
 TOKENIZED_FEATURES = Features(
@@ -115,17 +118,23 @@ def _decode(raw: bytes) -> str | None:
 
 
 PAIRS_PER_CHUNK = 100_000
+PAIRS_FILE = "pairs.arrow"  # a corpus read into the data cache (`_load_files`), and what its reading skipped
+LOAD_STATS_FILE = "load_stats.json"
 
 
 class _PairChunks:
     """Kept pairs gathered into Arrow chunks of PAIRS_PER_CHUNK as they are read: a corpus never exists as one
     list of Python strings. Reading a million pairs (0.3 GB of text) peaked 2.1 GB above the interpreter's memory
-    through lists and `Dataset.from_dict`, 0.4 GB this way."""
+    through lists and `Dataset.from_dict`, 0.4 GB this way. Given `arrow_file`, each chunk is written there as it
+    fills (an Arrow stream, as `datasets` caches) and the pairs are then mapped from it, not kept in memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, arrow_file: Path | None = None) -> None:
         self.kept = 0
         self._pending: tuple[list[str], list[str]] = ([], [])
         self._chunks: tuple[list[pa.Array], list[pa.Array]] = ([], [])
+        self._arrow_file = arrow_file
+        schema = PAIR_FEATURES.arrow_schema
+        self._writer = pa.ipc.new_stream(str(arrow_file), schema) if arrow_file is not None else None
 
     def add(self, source: str, target: str) -> None:
         self._pending[0].append(source)
@@ -135,24 +144,62 @@ class _PairChunks:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._pending[0] and self._chunks[0]:
-            return  # nothing new, and a chunk already holds the type
-        for texts, chunks in zip(self._pending, self._chunks, strict=True):
-            chunks.append(pa.array(texts, type=pa.string()))
+        if not self._pending[0] and (self._chunks[0] or self._writer is not None):
+            return  # nothing new, and a chunk already holds the type (a stream has its schema)
+        arrays = [pa.array(texts, type=pa.string()) for texts in self._pending]
+        for texts in self._pending:
             texts.clear()
+        if self._writer is not None:
+            self._writer.write_batch(pa.record_batch(arrays, schema=PAIR_FEATURES.arrow_schema))
+            return
+        for chunks, array in zip(self._chunks, arrays, strict=True):
+            chunks.append(array)
 
     def dataset(self) -> Dataset:
-        """The pairs as an in-memory Dataset over the chunks themselves (no copy). Its fingerprint is random:
-        `datasets` would otherwise hash the whole table by pickling it (1.1 GB more per million pairs); the job
-        names corpora by their own content digest (`prepared.content_digest`)."""
+        """The pairs as a Dataset over the chunks themselves (no copy), or mapped from `arrow_file`. Its
+        fingerprint is random: `datasets` would otherwise hash the whole table by pickling it (1.1 GB more per
+        million pairs); the job names corpora by their own content digest (`prepared.content_digest`)."""
         self._flush()
+        if self._writer is not None:
+            self._writer.close()
+            return mapped_pairs(self._arrow_file)
         columns = {
             name: pa.chunked_array(chunks, type=pa.string())
             for name, chunks in zip(("source", "target"), self._chunks, strict=True)
         }
-        table = InMemoryTable(pa.table(columns))
-        info = DatasetInfo(features=PAIR_FEATURES)
-        return Dataset(table, info=info, fingerprint=generate_random_fingerprint())
+        return _pairs_dataset(InMemoryTable(pa.table(columns)))
+
+
+def _pairs_dataset(table: Table) -> Dataset:
+    return Dataset(table, info=DatasetInfo(features=PAIR_FEATURES), fingerprint=generate_random_fingerprint())
+
+
+def mapped_pairs(arrow_file: Path) -> Dataset:
+    """Pairs that `_PairChunks` wrote to `arrow_file`, memory-mapped: the text stays in the page cache, shared by
+    the processes that map it, rather than in each process's own memory."""
+    return _pairs_dataset(MemoryMappedTable.from_file(str(arrow_file)))
+
+
+def _load_files(
+    paths: Sequence[Path], read: Callable[[_PairChunks], LoadStats], cache: Path | None, *settings: object
+) -> tuple[Dataset, LoadStats]:
+    """The pairs `read` gathers from `paths`: into memory, or (given a `cache` folder) once into an Arrow file
+    there, named by the files' paths, sizes, times and ends (`prepared.files_key`) and the reader's `settings`;
+    a later load of the same unchanged files maps that file without reading them."""
+    if cache is None:
+        pairs = _PairChunks()
+        stats = read(pairs)
+        return pairs.dataset(), stats
+
+    def read_into(folder: Path) -> None:
+        folder.mkdir(parents=True)
+        pairs = _PairChunks(folder / PAIRS_FILE)
+        stats = read(pairs)
+        pairs.dataset()  # writes the last chunk and closes the file
+        (folder / LOAD_STATS_FILE).write_text(json.dumps(asdict(stats)))
+
+    folder = build_once(prepared_folder(cache, "text", files_key(paths), *settings), read_into)
+    return mapped_pairs(folder / PAIRS_FILE), LoadStats(**json.loads((folder / LOAD_STATS_FILE).read_text()))
 
 
 def _aligned_lines(source_path: Path, target_path: Path) -> Iterator[tuple[bytes, bytes]]:
@@ -171,54 +218,66 @@ def _aligned_lines(source_path: Path, target_path: Path) -> Iterator[tuple[bytes
         )
 
 
-def load_text_pair(source_path: str | Path, target_path: str | Path) -> tuple[Dataset, LoadStats]:
-    """Load two line-aligned plain-text files (UTF-8, optionally .gz), one sentence per line."""
+def load_text_pair(
+    source_path: str | Path, target_path: str | Path, cache: Path | None = None
+) -> tuple[Dataset, LoadStats]:
+    """Load two line-aligned plain-text files (UTF-8, optionally .gz), one sentence per line. With a `cache`
+    folder, read once into it and mapped from there (`_load_files`)."""
     source_path, target_path = Path(source_path), Path(target_path)
     _require_file(source_path, "the source side of a line-aligned text pair")
     _require_file(target_path, "the target side of a line-aligned text pair")
-    stats = LoadStats(origin=f"{source_path} + {target_path}")
-    pairs = _PairChunks()
-    for raw_source, raw_target in _aligned_lines(source_path, target_path):
-        stats.read += 1
-        source, target = _decode(raw_source), _decode(raw_target)
-        if source is None or target is None:
-            stats.skipped_undecodable += 1
-        elif not source.strip() or not target.strip():
-            stats.skipped_empty += 1
-        else:
-            pairs.add(source.strip(), target.strip())
-    stats.kept = pairs.kept
-    return pairs.dataset(), stats
+
+    def read(pairs: _PairChunks) -> LoadStats:
+        stats = LoadStats(origin=f"{source_path} + {target_path}")
+        for raw_source, raw_target in _aligned_lines(source_path, target_path):
+            stats.read += 1
+            source, target = _decode(raw_source), _decode(raw_target)
+            if source is None or target is None:
+                stats.skipped_undecodable += 1
+            elif not source.strip() or not target.strip():
+                stats.skipped_empty += 1
+            else:
+                pairs.add(source.strip(), target.strip())
+        stats.kept = pairs.kept
+        return stats
+
+    return _load_files([source_path, target_path], read, cache, "text pair")
 
 
-def load_tsv(path: str | Path, source_column: int = 0, target_column: int = 1) -> tuple[Dataset, LoadStats]:
-    """Load a tab-separated file (UTF-8, optionally .gz); bad lines are skipped and counted."""
+def load_tsv(
+    path: str | Path, source_column: int = 0, target_column: int = 1, cache: Path | None = None
+) -> tuple[Dataset, LoadStats]:
+    """Load a tab-separated file (UTF-8, optionally .gz); bad lines are skipped and counted. With a `cache`
+    folder, read once into it and mapped from there (`_load_files`)."""
     path = Path(path)
     _require_file(path, "a tab-separated file with source and target columns")
-    stats = LoadStats(origin=str(path))
     needed = max(source_column, target_column) + 1
-    pairs = _PairChunks()
-    with _open_binary(path) as file:
-        for raw in file:
-            stats.read += 1
-            line = _decode(raw)
-            if line is None:
-                stats.skipped_undecodable += 1
-                continue
-            if not line.strip():
-                stats.skipped_empty += 1
-                continue
-            fields = line.split("\t")
-            if len(fields) < needed:
-                stats.skipped_malformed += 1
-                continue
-            source, target = fields[source_column].strip(), fields[target_column].strip()
-            if not source or not target:
-                stats.skipped_empty += 1
-                continue
-            pairs.add(source, target)
-    stats.kept = pairs.kept
-    return pairs.dataset(), stats
+
+    def read(pairs: _PairChunks) -> LoadStats:
+        stats = LoadStats(origin=str(path))
+        with _open_binary(path) as file:
+            for raw in file:
+                stats.read += 1
+                line = _decode(raw)
+                if line is None:
+                    stats.skipped_undecodable += 1
+                    continue
+                if not line.strip():
+                    stats.skipped_empty += 1
+                    continue
+                fields = line.split("\t")
+                if len(fields) < needed:
+                    stats.skipped_malformed += 1
+                    continue
+                source, target = fields[source_column].strip(), fields[target_column].strip()
+                if not source or not target:
+                    stats.skipped_empty += 1
+                    continue
+                pairs.add(source, target)
+        stats.kept = pairs.kept
+        return stats
+
+    return _load_files([path], read, cache, "tsv", source_column, target_column)
 
 
 def _languages(feature: object) -> list[str]:
@@ -285,13 +344,15 @@ def load_parallel(
     target_lang: str = "de",
     split: str = "train",
     hub_config: str | None = None,
+    cache: Path | None = None,
 ) -> tuple[Dataset, LoadStats]:
-    """Load a text pair (source + target files), a TSV file, or a Hub dataset (id or local dataset folder)."""
+    """Load a text pair (source + target files), a TSV file, or a Hub dataset (id or local dataset folder). Files
+    are read once into a `cache` folder when given (`_load_files`); `datasets` caches Hub datasets itself."""
     if target is not None:
-        return load_text_pair(source, target)
+        return load_text_pair(source, target, cache)
     path = Path(source)
     if source.endswith(TSV_SUFFIXES) or path.is_file():
-        return load_tsv(path)
+        return load_tsv(path, cache=cache)
     if path.is_dir() or HUB_ID.fullmatch(source):
         return load_hub(source, hub_config, split, source_lang, target_lang)
     raise FileNotFoundError(
@@ -371,6 +432,7 @@ def tokenize_parallel(
         fn_kwargs={"tokenizer": tokenizer},
         remove_columns=ds.column_names,
         features=TOKENIZED_FEATURES,
+        keep_in_memory=True,  # never a cache file beside a mapped corpus (dev pairs are few)
         num_proc=num_proc,
         desc="Tokenising",
     )

@@ -583,6 +583,7 @@ def _load_pairs(
             target_lang=options.target_lang,
             split=split,
             hub_config=options.hub_config,
+            cache=data_cache_folder(options) if split == "train" else None,  # the big one, read once
         )
     except ValueError as error:  # e.g. a text pair whose line counts differ
         raise CorpusError(f"--{flag} {source}: {error}") from None

@@ -1,8 +1,11 @@
-"""Prepared training data, made once and shared by every run: the joint BPE and the tokenised training pairs.
+"""Prepared training data, made once and shared by every run: the training corpus as read, the joint BPE and the
+tokenised training pairs.
 
-Both are kept under a cache folder (`--data_cache`, default HF_HOME/vaswani_transformer/prepared), one subfolder
-per *content*: a digest of the training pairs themselves (whatever file, TSV or Hub id they came from, after the
-held-out splits), with the settings that shape the result. A new run folder, a new recipe file or another
+All are kept under a cache folder (`--data_cache`, default HF_HOME/vaswani_transformer/prepared). A corpus read
+from files is kept as an Arrow file named by the files' paths, sizes, times and ends (`files_key`; a later run
+maps it instead of reading the text). The BPE and the tokenised pairs have one subfolder per *content*: a digest
+of the training pairs themselves (whatever file, TSV or Hub id they came from, after the held-out splits), with
+the settings that shape the result. A new run folder, a new recipe file or another
 process with the same pairs and settings reuses them; a changed byte of the corpus, vocabulary size or
 lowercasing makes a new one. Each is built under a lock into a temporary folder and renamed when complete, so a
 second process preparing the same data waits and reuses it, and an interrupted preparation leaves nothing that
@@ -12,7 +15,7 @@ looks complete.
 import hashlib
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +26,10 @@ from huggingface_hub import constants
 
 PREPARED_FORMAT = "2"  # bump when what a prepared folder holds, or how it is made, changes
 ARROW_BATCH = 10_000  # pairs per Arrow batch fed to the BPE trainer
+DIGEST_BATCH = 100_000  # pairs per Arrow batch hashed
+CONTENT_CHECK_BYTES = (
+    1 << 20
+)  # read from each end of a corpus file to tell it from another of the same size and time
 
 
 def default_data_cache() -> Path:
@@ -31,20 +38,39 @@ def default_data_cache() -> Path:
 
 
 def content_digest(pairs: Dataset) -> str:
-    """SHA-256 of the pairs' source and target texts, in order (Arrow offsets and bytes, no Python strings)."""
+    """SHA-256 of the pairs' source and target texts, in order (Arrow offsets and bytes, no Python strings), read
+    in batches: a selection of a memory-mapped corpus is never copied whole."""
     digest = hashlib.sha256()
-    table = pairs.with_format("arrow")[:]
     for name in ("source", "target"):
-        for chunk in pa.chunked_array(table[name]).chunks:
-            text = chunk.cast(pa.large_string())
-            offsets = np.frombuffer(text.buffers()[1], dtype=np.int64)[
-                text.offset : text.offset + len(text) + 1
-            ]
-            data = text.buffers()[2]
-            digest.update(np.diff(offsets).tobytes())  # lengths: "ab","c" differs from "a","bc"
-            digest.update(memoryview(data)[offsets[0] : offsets[-1]] if data is not None else b"")
+        for batch in pairs.select_columns([name]).with_format("arrow").iter(batch_size=DIGEST_BATCH):
+            for chunk in pa.chunked_array(batch[name]).chunks:
+                _update_with_texts(digest, chunk.cast(pa.large_string()))
         digest.update(name.encode())
     return digest.hexdigest()
+
+
+def _update_with_texts(digest: "hashlib._Hash", text: pa.LargeStringArray) -> None:
+    offsets = np.frombuffer(text.buffers()[1], dtype=np.int64)[text.offset : text.offset + len(text) + 1]
+    data = text.buffers()[2]
+    digest.update(np.diff(offsets).tobytes())  # lengths: "ab","c" differs from "a","bc"
+    digest.update(memoryview(data)[offsets[0] : offsets[-1]] if data is not None else b"")
+
+
+def files_key(paths: Sequence[Path]) -> str:
+    """What names a corpus read from files without reading them: each file's resolved path, size and modification
+    time, and (the content check) its first and last CONTENT_CHECK_BYTES. A file touched or copied gets a new key;
+    one rewritten in place to the same size, within the same nanosecond, differing only in its middle does not
+    (as for make and rsync)."""
+    parts = []
+    for path in paths:
+        info = path.stat()
+        with path.open("rb") as file:
+            head = file.read(CONTENT_CHECK_BYTES)
+            file.seek(max(info.st_size - CONTENT_CHECK_BYTES, 0))
+            tail = file.read()
+        ends = hashlib.sha256(head + tail).hexdigest()
+        parts.append(f"{path.resolve()}|{info.st_size}|{info.st_mtime_ns}|{ends}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def prepared_folder(cache: Path, kind: str, *settings: object) -> Path:
