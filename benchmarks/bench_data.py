@@ -11,8 +11,10 @@ in the same run: the joint BPE trained on every pair, as before the sample.
 """
 
 import argparse
+import logging
 import multiprocessing
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -22,7 +24,7 @@ from typing import TypeVar
 import numpy as np
 
 from vaswani_transformer.data import TokenBudgetBatchSampler, load_tatoeba, load_text_pair
-from vaswani_transformer.experiment import TrainOptions, prepare_training_data
+from vaswani_transformer.experiment import TrainOptions, data_cache_folder, prepare_training_data
 from vaswani_transformer.prepared import texts_for_bpe
 from vaswani_transformer.token_arrays import PaddedPairBatches
 from vaswani_transformer.tokenization import train_bpe
@@ -53,24 +55,60 @@ def memory_gb() -> dict[str, float]:
     return {name: value / 1e6 for name, value in kilobytes.items()}
 
 
+class PrivatePeak:
+    """The highest private (anonymous) resident memory seen while it runs, sampled every 20 ms: the kernel keeps
+    the peak of all resident memory only, which counts the mapped corpus's pages as well."""
+
+    def __init__(self) -> None:
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, memory_gb()["RssAnon"])
+
+    def __enter__(self) -> "PrivatePeak":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, memory_gb()["RssAnon"])
+
+
+def disk_gb(cache: Path) -> dict[str, float]:
+    """The data cache's size on disk per kind of prepared folder (text, bpe, tokenized)."""
+    sizes: dict[str, float] = {}
+    for folder in (path for path in cache.iterdir() if path.is_dir()):
+        kind = folder.name.split("-")[0]
+        files = (path.stat().st_size for path in folder.rglob("*") if path.is_file())
+        sizes[f"{kind} GB"] = sizes.get(f"{kind} GB", 0.0) + sum(files) / 1e9
+    return sizes
+
+
 def start_training(options: TrainOptions) -> dict[str, float]:
-    """What a run does before its first update, timed: read the corpus, prepare it (or find it prepared), map
-    the token files, build the first epoch's batches and pad the first batch."""
-    started = time.perf_counter()
-    train = load_text_pair(options.train_source, options.train_target)[0]
-    read = time.perf_counter()
-    tokenizer, pairs, _ = prepare_training_data(options, train)
-    del train  # what the job keeps of the text: nothing
-    prepared = time.perf_counter()
-    batches = PaddedPairBatches(pairs, tokenizer.pad_token_id)
-    sampler = TokenBudgetBatchSampler(pairs.source_lengths, pairs.target_lengths, 25_000, seed=0)
-    batches.__getitems__(next(iter(sampler)))
-    first_batch = time.perf_counter()
+    """What a run does before its first update, timed: read the corpus (or map it, read before), prepare it (or
+    find it prepared), map the token files, build the first epoch's batches and pad the first batch."""
+    logging.basicConfig(level=logging.INFO, format="      %(message)s")  # the preparation's own phase times
+    with PrivatePeak() as private:
+        started = time.perf_counter()
+        train = load_text_pair(options.train_source, options.train_target, data_cache_folder(options))[0]
+        read = time.perf_counter()
+        tokenizer, pairs, _ = prepare_training_data(options, train)
+        del train  # what the job keeps of the text: nothing
+        prepared = time.perf_counter()
+        batches = PaddedPairBatches(pairs, tokenizer.pad_token_id)
+        sampler = TokenBudgetBatchSampler(pairs.source_lengths, pairs.target_lengths, 25_000, seed=0)
+        batches.__getitems__(next(iter(sampler)))
+        first_batch = time.perf_counter()
     return {
         "read s": read - started,
         "prepare s": prepared - read,
         "to first batch s": first_batch - started,
         **memory_gb(),
+        "private peak": private.peak,
     }
 
 
@@ -113,7 +151,10 @@ def main() -> None:
         source, target = build_corpus(root, args.pairs, seed=0)
         size = (source.stat().st_size + target.stat().st_size) / 1e6
         print(f"{args.pairs:,} pairs, {size:,.0f} MB of text; joint BPE {args.vocab_size:,}")
-        print("memory in GB: VmHWM peak resident, RssAnon private, RssFile mapped from files (shared)")
+        print(
+            "memory in GB: VmHWM peak resident, RssAnon private and RssFile mapped from files (shared) at the "
+            "first batch, private peak"
+        )
 
         def run(name: str) -> TrainOptions:
             return TrainOptions(
@@ -124,6 +165,7 @@ def main() -> None:
 
         first = in_fresh_processes(start_training, [run("first")])[0]
         show("first run (empty cache)", first)
+        show("data cache on disk", disk_gb(root / "cache"))
         hit = in_fresh_processes(start_training, [run("second")])[0]
         show("new run folder (cache hit)", hit)
         for rank, figures in enumerate(in_fresh_processes(start_training, [run("rank0"), run("rank1")])):
