@@ -59,7 +59,8 @@ class LoadStats:
 
 @dataclass
 class FilterStats:
-    """How many tokenised pairs `tokenize_parallel` (or `token_arrays.write_tokenized`) kept and why it removed the others."""
+    """How many tokenised pairs `tokenize_parallel` (or `token_arrays.write_tokenized`) kept and why it removed
+    the others."""
 
     total: int
     kept: int
@@ -162,7 +163,7 @@ class _PairChunks:
         self._flush()
         if self._writer is not None:
             self._writer.close()
-            return mapped_pairs(self._arrow_file)
+            return _mapped_pairs(self._arrow_file)
         columns = {
             name: pa.chunked_array(chunks, type=pa.string())
             for name, chunks in zip(("source", "target"), self._chunks, strict=True)
@@ -174,7 +175,7 @@ def _pairs_dataset(table: Table) -> Dataset:
     return Dataset(table, info=DatasetInfo(features=PAIR_FEATURES), fingerprint=generate_random_fingerprint())
 
 
-def mapped_pairs(arrow_file: Path) -> Dataset:
+def _mapped_pairs(arrow_file: Path) -> Dataset:
     """Pairs that `_PairChunks` wrote to `arrow_file`, memory-mapped: the text stays in the page cache, shared by
     the processes that map it, rather than in each process's own memory."""
     return _pairs_dataset(MemoryMappedTable.from_file(str(arrow_file)))
@@ -199,7 +200,7 @@ def _load_files(
         (folder / LOAD_STATS_FILE).write_text(json.dumps(asdict(stats)))
 
     folder = build_once(prepared_folder(cache, "text", files_key(paths), *settings), read_into)
-    return mapped_pairs(folder / PAIRS_FILE), LoadStats(**json.loads((folder / LOAD_STATS_FILE).read_text()))
+    return _mapped_pairs(folder / PAIRS_FILE), LoadStats(**json.loads((folder / LOAD_STATS_FILE).read_text()))
 
 
 def _aligned_lines(source_path: Path, target_path: Path) -> Iterator[tuple[bytes, bytes]]:

@@ -152,8 +152,8 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     """Seq2SeqTrainer on §5.1 batches of about `max_tokens` source and target tokens.
 
     Training batches are padded from flat token arrays (`token_arrays.PaddedPairBatches`; `train_dataset` is
-    `TokenizedPairs`, memory-mapped from the data cache, or a `tokenize_parallel` Dataset), about 40× faster on the host
-    than collating Python lists with `DataCollatorForSeq2Seq` (which still collates the dev set).
+    `TokenizedPairs`, memory-mapped from the data cache, or a `tokenize_parallel` Dataset), about 40× faster on
+    the host than collating Python lists with `DataCollatorForSeq2Seq` (which still collates the dev set).
 
     It also logs target tokens per second of training (from the token counts the Trainer makes anyway, read once
     per log), and keeps the model's generation config as it was across dev decoding (Seq2SeqTrainer writes
