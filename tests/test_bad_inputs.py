@@ -170,6 +170,11 @@ CASES: dict[str, Case] = {
         lambda ws: train_with("--data_cache", ws.files["train_source"])(ws),
         "is a file: give a folder (it is made if missing)",
     ),
+    "train data cache under a file": Case(
+        "train",
+        lambda ws: train_with("--data_cache", f"{ws.files['train_source']}/cache")(ws),
+        "cannot be made: ",
+    ),
     "train max_tokens 1": Case(
         "train", train_with("--max_tokens", "1"), "--max_tokens 1 is below --max_length"
     ),

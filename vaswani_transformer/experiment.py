@@ -437,8 +437,20 @@ def check_data_inputs(options: TrainOptions) -> None:
         if value is not None and Path(value).expanduser().is_dir():
             raise ValueError(f"--{name} {value} is a folder: give the file inside it.")
     _check_text_pairs(options)
-    if (cache := data_cache_folder(options)).exists() and not cache.is_dir():
+    _check_data_cache(data_cache_folder(options))
+
+
+def _check_data_cache(cache: Path) -> None:
+    """The data cache is a folder, or can be made as one: its nearest existing folder is writable."""
+    if cache.exists() and not cache.is_dir():
         raise ValueError(f"--data_cache {cache} is a file: give a folder (it is made if missing).")
+    existing = next(path for path in (cache, *cache.parents) if path.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--data_cache {cache} cannot be made: {existing} is a file. Give a folder.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"--data_cache {cache}: {existing} is not writable. Give a folder you can write (or set HF_HOME)."
+        )
 
 
 def _is_main_process() -> bool:
