@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-from datasets import Dataset
+from datasets import Dataset, concatenate_datasets
 
 from tests.conftest import tatoeba_files
 from vaswani_transformer import data, experiment
 from vaswani_transformer.data import load_text_pair, load_tsv
 from vaswani_transformer.experiment import TrainOptions, train_and_evaluate
-from vaswani_transformer.prepared import bpe_sample, build_once, content_digest, prepared_folder
+from vaswani_transformer.prepared import TextDigest, bpe_sample, build_once, content_digest, prepared_folder
 
 TINY = {"d_model": 32, "d_ff": 64, "num_heads": 2, "num_encoder_layers": 1, "num_decoder_layers": 1}
 
@@ -28,6 +28,8 @@ def test_the_digest_is_of_the_texts_in_order_and_their_boundaries() -> None:
     base = content_digest(pairs(["ab", "c"], ["x", "y"]))
     assert base == content_digest(pairs(["ab", "c"], ["x", "y"]))
     assert base == content_digest(pairs(["zz", "ab", "c"], ["q", "x", "y"]).select([1, 2]))  # a selection
+    chunked = concatenate_datasets([pairs(["ab"], ["x"]), pairs(["c"], ["y"])])
+    assert len(chunked.data.to_batches()) == 2 and content_digest(chunked) == base  # however it is chunked
     for other in (
         pairs(["a", "bc"], ["x", "y"]),  # same bytes, other boundaries
         pairs(["c", "ab"], ["y", "x"]),  # other order
@@ -131,9 +133,10 @@ def test_corpus_files_are_read_once_into_the_cache_then_mapped(tmp_path: Path, m
     first, stats = load_text_pair(source, target, cache)
     assert first.to_dict() == expected.to_dict() and stats == expected_stats
     assert stats.skipped_empty == stats.skipped_undecodable == 1
-    assert [Path(file["filename"]).parent.parent for file in first.cache_files] == [
-        cache
-    ]  # mapped, not copied
+    mapped_from = [Path(file["filename"]).parent.parent for file in first.cache_files]
+    assert mapped_from == [cache]  # mapped, not copied
+    digest = content_digest(Dataset.from_dict(expected.to_dict()))
+    assert content_digest(expected) == content_digest(first) == digest  # as computed from the texts
 
     reads = []
     real_aligned_lines = data._aligned_lines
@@ -142,6 +145,9 @@ def test_corpus_files_are_read_once_into_the_cache_then_mapped(tmp_path: Path, m
     )
     again, again_stats = load_text_pair(source, target, cache)
     assert again.to_dict() == expected.to_dict() and again_stats == expected_stats and reads == []
+    with monkeypatch.context() as no_hashing:  # the digest was recorded as the text was read: no pass over it
+        no_hashing.setattr(TextDigest, "update", lambda *args: pytest.fail("the text was hashed again"))
+        assert content_digest(again) == digest
 
     os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))  # touched
     assert load_text_pair(source, target, cache)[0].to_dict() == expected.to_dict() and len(reads) == 1

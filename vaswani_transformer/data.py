@@ -19,7 +19,7 @@ from datasets.table import InMemoryTable, MemoryMappedTable, Table
 from torch.utils.data import Sampler
 from transformers import PreTrainedTokenizerBase
 
-from .prepared import build_once, files_key, prepared_folder
+from .prepared import SIDES, TextDigest, build_once, files_key, prepared_folder, remember_digest
 
 PAIR_FEATURES = Features({"source": Value("string"), "target": Value("string")})
 TOKENIZED_FEATURES = Features(
@@ -119,8 +119,8 @@ def _decode(raw: bytes) -> str | None:
 
 
 PAIRS_PER_CHUNK = 100_000
-PAIRS_FILE = "pairs.arrow"  # a corpus read into the data cache (`_load_files`), and what its reading skipped
-LOAD_STATS_FILE = "load_stats.json"
+PAIRS_FILE = "pairs.arrow"  # a corpus read into the data cache (`_load_files`); its load counts and digest
+READ_RECORD_FILE = "read.json"
 
 
 class _PairChunks:
@@ -134,6 +134,7 @@ class _PairChunks:
         self._pending: tuple[list[str], list[str]] = ([], [])
         self._chunks: tuple[list[pa.Array], list[pa.Array]] = ([], [])
         self._arrow_file = arrow_file
+        self.digest = TextDigest()  # the pairs' content digest, fed as they are read
         schema = PAIR_FEATURES.arrow_schema
         self._writer = pa.ipc.new_stream(str(arrow_file), schema) if arrow_file is not None else None
 
@@ -150,6 +151,8 @@ class _PairChunks:
         arrays = [pa.array(texts, type=pa.string()) for texts in self._pending]
         for texts in self._pending:
             texts.clear()
+        for name, array in zip(SIDES, arrays, strict=True):
+            self.digest.update(name, array)
         if self._writer is not None:
             self._writer.write_batch(pa.record_batch(arrays, schema=PAIR_FEATURES.arrow_schema))
             return
@@ -163,22 +166,26 @@ class _PairChunks:
         self._flush()
         if self._writer is not None:
             self._writer.close()
-            return _mapped_pairs(self._arrow_file)
+            return _mapped_pairs(self._arrow_file, self.digest.hexdigest())
         columns = {
             name: pa.chunked_array(chunks, type=pa.string())
-            for name, chunks in zip(("source", "target"), self._chunks, strict=True)
+            for name, chunks in zip(SIDES, self._chunks, strict=True)
         }
-        return _pairs_dataset(InMemoryTable(pa.table(columns)))
+        return _pairs_dataset(InMemoryTable(pa.table(columns)), self.digest.hexdigest())
 
 
-def _pairs_dataset(table: Table) -> Dataset:
-    return Dataset(table, info=DatasetInfo(features=PAIR_FEATURES), fingerprint=generate_random_fingerprint())
+def _pairs_dataset(table: Table, digest: str) -> Dataset:
+    pairs = Dataset(
+        table, info=DatasetInfo(features=PAIR_FEATURES), fingerprint=generate_random_fingerprint()
+    )
+    remember_digest(pairs, digest)
+    return pairs
 
 
-def _mapped_pairs(arrow_file: Path) -> Dataset:
+def _mapped_pairs(arrow_file: Path, digest: str) -> Dataset:
     """Pairs that `_PairChunks` wrote to `arrow_file`, memory-mapped: the text stays in the page cache, shared by
     the processes that map it, rather than in each process's own memory."""
-    return _pairs_dataset(MemoryMappedTable.from_file(str(arrow_file)))
+    return _pairs_dataset(MemoryMappedTable.from_file(str(arrow_file)), digest)
 
 
 def _load_files(
@@ -197,10 +204,12 @@ def _load_files(
         pairs = _PairChunks(folder / PAIRS_FILE)
         stats = read(pairs)
         pairs.dataset()  # writes the last chunk and closes the file
-        (folder / LOAD_STATS_FILE).write_text(json.dumps(asdict(stats)))
+        record = {"stats": asdict(stats), "content_digest": pairs.digest.hexdigest()}
+        (folder / READ_RECORD_FILE).write_text(json.dumps(record))
 
     folder = build_once(prepared_folder(cache, "text", files_key(paths), *settings), read_into)
-    return _mapped_pairs(folder / PAIRS_FILE), LoadStats(**json.loads((folder / LOAD_STATS_FILE).read_text()))
+    record = json.loads((folder / READ_RECORD_FILE).read_text())
+    return _mapped_pairs(folder / PAIRS_FILE, record["content_digest"]), LoadStats(**record["stats"])
 
 
 def _aligned_lines(source_path: Path, target_path: Path) -> Iterator[tuple[bytes, bytes]]:

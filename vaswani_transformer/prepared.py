@@ -24,12 +24,12 @@ from datasets import Dataset
 from filelock import FileLock
 from huggingface_hub import constants
 
-PREPARED_FORMAT = "2"  # bump when what a prepared folder holds, or how it is made, changes
+PREPARED_FORMAT = "3"  # bump when what a prepared folder holds, or how it is made, changes
 ARROW_BATCH = 10_000  # pairs per Arrow batch fed to the BPE trainer
 DIGEST_BATCH = 100_000  # pairs per Arrow batch hashed
-CONTENT_CHECK_BYTES = (
-    1 << 20
-)  # read from each end of a corpus file to tell it from another of the same size and time
+# read from each end of a corpus file to tell it from another of the same size and time
+CONTENT_CHECK_BYTES = 1 << 20
+SIDES = ("source", "target")
 
 
 def default_data_cache() -> Path:
@@ -37,23 +37,52 @@ def default_data_cache() -> Path:
     return Path(constants.HF_HOME) / "vaswani_transformer" / "prepared"
 
 
+class TextDigest:
+    """The content digest of pairs fed in order, chunk by chunk: per side, a SHA-256 of the texts' lengths and one
+    of their bytes (Arrow offsets and data, no Python strings), combined. Each is a plain concatenation, so the
+    digest is the same however the texts are cut into chunks. Fed while a corpus is read, it names the corpus
+    without a second pass over its text."""
+
+    def __init__(self) -> None:
+        self._sides = {name: (hashlib.sha256(), hashlib.sha256()) for name in SIDES}
+
+    def update(self, name: str, texts: pa.Array) -> None:
+        text = texts.cast(pa.large_string())
+        offsets = np.frombuffer(text.buffers()[1], dtype=np.int64)[text.offset : text.offset + len(text) + 1]
+        data = text.buffers()[2]
+        lengths, contents = self._sides[name]
+        lengths.update(np.diff(offsets).tobytes())  # "ab","c" differs from "a","bc"
+        contents.update(memoryview(data)[offsets[0] : offsets[-1]] if data is not None else b"")
+
+    def hexdigest(self) -> str:
+        parts = [
+            f"{name}:{lengths.hexdigest()}:{contents.hexdigest()}\n"
+            for name, (lengths, contents) in self._sides.items()
+        ]
+        return hashlib.sha256("".join(parts).encode()).hexdigest()
+
+
+# Digests already known, by the fingerprint of the Dataset they name (`remember_digest`). Any change to a Dataset
+# (a selection, a split) gives it a new fingerprint, so an entry never names other pairs.
+_known_digests: dict[str, str] = {}
+
+
+def remember_digest(pairs: Dataset, digest: str) -> None:
+    """Record that `pairs` (this very Dataset) has content digest `digest`, computed as it was read."""
+    _known_digests[pairs._fingerprint] = digest
+
+
 def content_digest(pairs: Dataset) -> str:
-    """SHA-256 of the pairs' source and target texts, in order (Arrow offsets and bytes, no Python strings), read
-    in batches: a selection of a memory-mapped corpus is never copied whole."""
-    digest = hashlib.sha256()
-    for name in ("source", "target"):
+    """The pairs' `TextDigest`: remembered from their reading, or read in Arrow batches (a selection of a
+    memory-mapped corpus is never copied whole)."""
+    if (known := _known_digests.get(pairs._fingerprint)) is not None:
+        return known
+    digest = TextDigest()
+    for name in SIDES:
         for batch in pairs.select_columns([name]).with_format("arrow").iter(batch_size=DIGEST_BATCH):
             for chunk in pa.chunked_array(batch[name]).chunks:
-                _update_with_texts(digest, chunk.cast(pa.large_string()))
-        digest.update(name.encode())
+                digest.update(name, chunk)
     return digest.hexdigest()
-
-
-def _update_with_texts(digest: "hashlib._Hash", text: pa.LargeStringArray) -> None:
-    offsets = np.frombuffer(text.buffers()[1], dtype=np.int64)[text.offset : text.offset + len(text) + 1]
-    data = text.buffers()[2]
-    digest.update(np.diff(offsets).tobytes())  # lengths: "ab","c" differs from "a","bc"
-    digest.update(memoryview(data)[offsets[0] : offsets[-1]] if data is not None else b"")
 
 
 def files_key(paths: Sequence[Path]) -> str:
