@@ -2,7 +2,6 @@
 
 import gzip
 import json
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from itertools import zip_longest
@@ -19,6 +18,7 @@ from datasets.table import InMemoryTable, MemoryMappedTable, Table
 from torch.utils.data import Sampler
 from transformers import PreTrainedTokenizerBase
 
+from .locations import is_local_path
 from .prepared import SIDES, TextDigest, build_once, files_key, prepared_folder, remember_digest
 
 PAIR_FEATURES = Features({"source": Value("string"), "target": Value("string")})
@@ -32,7 +32,6 @@ TOKENIZED_FEATURES = Features(
     }
 )
 TSV_SUFFIXES = (".tsv", ".txt", ".tsv.gz", ".txt.gz")
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 TATOEBA_DIR = Path(__file__).parent / "corpora" / "tatoeba_en_de"
 TATOEBA_FILE = TATOEBA_DIR / "deu.txt.gz"
 
@@ -363,7 +362,7 @@ def load_parallel(
     path = Path(source)
     if source.endswith(TSV_SUFFIXES) or path.is_file():
         return load_tsv(path, cache=cache)
-    if path.is_dir() or HUB_ID.fullmatch(source):
+    if path.is_dir() or not is_local_path(source):
         return load_hub(source, hub_config, split, source_lang, target_lang)
     raise FileNotFoundError(
         f"{source}: no such file, and not a Hub dataset id (expected a TSV file, a source file with a target "

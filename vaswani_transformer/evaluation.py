@@ -19,6 +19,7 @@ from transformers import (
 )
 
 from .bleu import moses_tokenize, sacre_bleu, tokenized_bleu
+from .locations import is_local_path
 from .monitoring import translation_shares
 from .precision import decoding_precision
 from .quantization import INT8_DESCRIPTION, int8_linear_layers
@@ -64,8 +65,7 @@ def score_translations(
 def check_model_name(name: str | Path) -> str:
     """A model folder that exists, or a Hub id (`user/name`); a missing local path is an error, never a Hub call."""
     text = str(name)
-    looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or "\\" in text
-    if not Path(text).expanduser().exists() and (looks_local or isinstance(name, Path)):
+    if not Path(text).expanduser().exists() and is_local_path(name):
         raise FileNotFoundError(
             f"{text}: no such model folder (give a trained model folder or a Hub id user/name)."
         )

@@ -50,6 +50,7 @@ from .data import (
 from .engines import TorchEngine
 from .evaluation import dev_metrics, load_for_decoding, translate_and_score, write_scores
 from .hub import push_to_hub
+from .locations import is_local_path
 from .modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from .monitoring import (
     HealthCheck,
@@ -393,19 +394,6 @@ class Corpora:
     test_references_tokenized: list[str] | None = None
 
 
-def _is_local_path(value: str) -> bool:
-    """Whether a data argument names a file on this machine (else it is taken for a Hub id): it exists, looks
-    like a path, or lies in a folder that exists here (`data/corpus` when there is a `data/`)."""
-    path = Path(value)
-    return (
-        path.exists()
-        or value.startswith((".", "/", "~"))
-        or path.suffix != ""
-        or value.count("/") > 1
-        or (path.parent != Path(".") and path.parent.is_dir())
-    )
-
-
 def _check_text_pairs(options: TrainOptions) -> None:
     """A plain-text source file needs its target file (only TSV files and Hub datasets hold both sides)."""
     for side in ("train", "dev", "test"):
@@ -431,7 +419,7 @@ def check_data_inputs(options: TrainOptions) -> None:
     """What preparing the data needs: the corpus files and a data cache folder."""
     for name in PATH_FIELDS:
         value = getattr(options, name)
-        if value is not None and _is_local_path(value) and not Path(value).expanduser().exists():
+        if value is not None and is_local_path(value) and not Path(value).expanduser().exists():
             hint = " (recipe paths start at --data_dir)" if options.recipe else ""
             raise FileNotFoundError(f"--{name} {value}: no such file{hint}.")
         if value is not None and Path(value).expanduser().is_dir():
