@@ -138,6 +138,6 @@ def bpe_sample(pairs: Dataset, max_pairs: int, seed: int) -> Dataset:
 
 def texts_for_bpe(pairs: Dataset) -> Iterator[str]:
     """Every source sentence, then every target sentence, read in Arrow batches."""
-    for column in ("source", "target"):
+    for column in SIDES:
         for batch in pairs.select_columns([column]).iter(batch_size=ARROW_BATCH):
             yield from batch[column]

@@ -22,8 +22,8 @@ from torch.utils.data import Dataset as TorchDataset
 from transformers import PreTrainedTokenizerBase
 
 from .data import FilterStats, dropped_pairs
+from .prepared import SIDES
 
-SIDES = ("source", "target")
 ENCODE_BATCH = 10_000  # pairs encoded at a time: bounds preparation's memory, not its speed
 COUNT_CHUNK = 1 << 24  # token ids counted at a time (bincount widens them to 8 bytes each)
 FORMAT_FILE = "tokens.json"
@@ -124,7 +124,7 @@ class _TokenFileWriter:
         ids.tofile(self.files[side])
         self.lengths[side].append(lengths)
         if side == "target":
-            self.counts += np.bincount(ids, minlength=len(self.counts))[: len(self.counts)]
+            self.counts += _count_ids(ids, len(self.counts))
 
     def close(self) -> None:
         for side, file in self.files.items():
