@@ -169,8 +169,8 @@ class TrainOptions:
     data_cache: Path | None = field(
         default=None,
         metadata=_help(
-            "folder of prepared data (joint BPE, tokenised pairs), one subfolder per corpus content and settings, "
-            "reused by every run (default: HF_HOME/vaswani_transformer/prepared)"
+            "folder of prepared data (the training corpus as read from files, joint BPE, tokenised pairs), one "
+            "subfolder per corpus and settings, reused by every run (default: HF_HOME/vaswani_transformer/prepared)"
         ),
     )
     # --- training (§5)
