@@ -4,14 +4,14 @@
     python benchmarks/bench_decoding.py --device cuda --dtype bfloat16 --vocab_size 37000 --batch 64
     python benchmarks/bench_decoding.py --device cuda --dtype bfloat16 --vocab_size 37000 --batch 64 --compile
     python benchmarks/bench_decoding.py --model runs/tatoeba-en-de/final --ctranslate2   # its test split, BLEU
-    python benchmarks/bench_decoding.py --model runs/multi30k/final --recipe multi30k --ctranslate2 --batch 64
+    python benchmarks/bench_decoding.py --model runs/multi30k/final --recipe multi30k --ctranslate2 --onnx --batch 64
 
 Fixed-length run (default): both models get the same random weights (Marian with our interleaved position table,
 zero attention biases), --batch source sentences of --source_length tokens, and decode exactly --new_tokens tokens
 (min = max), so both do the same work; beam 4 (the paper's) and greedy.
 Trained model (--model): the model in every engine of `vaswani-translate` (`engines.load_engine`: the default
-precision, float32, bfloat16 weights, int8 linear layers, and with --ctranslate2 its CTranslate2 export, float and
-int8) and its MarianMTModel copies translate the --recipe's test split (or --source) with the model's decoding
+precision, float32, bfloat16 weights, int8 linear layers, with --onnx its ONNX export in ONNX Runtime (float32,
+our search), and with --ctranslate2 its CTranslate2 export, float and int8) and its MarianMTModel copies translate the --recipe's test split (or --source) with the model's decoding
 settings in the same length-sorted batches; with references, each one's sacreBLEU and tokenised BLEU. Marian's
 length penalty (and CTranslate2's) is |Y|^α, ours GNMT, so their outputs can differ slightly.
 Precision: ours decodes as the package does by default (--dtype auto: on a CPU where bfloat16 is faster, float32 weights
@@ -270,8 +270,8 @@ def ctranslate2_twins(
 def trained_engines(args: argparse.Namespace, cache: Path) -> dict[str, Any]:
     """The trained model in every engine of `vaswani-translate` (`engines.load_engine`), by name: ours in the
     default precision, in float32, in bfloat16 weights (CPU: the alternative to the default's autocast), with int8
-    linear layers (torchao; CPU), and with --ctranslate2 its CTranslate2 export with float and int8 weights;
-    --int8_alternatives adds torch.ao's deprecated `quantize_dynamic`."""
+    linear layers (torchao; CPU), with --onnx its ONNX export in ONNX Runtime (float32), and with --ctranslate2
+    its CTranslate2 export with float and int8 weights; --int8_alternatives adds torch.ao's deprecated `quantize_dynamic`."""
     options = {"ours float32": EngineOptions(dtype="float32", device=args.device)}
     if args.dtype != "float32":
         name = "ours default" if args.dtype == "auto" else f"ours {args.dtype}"
@@ -280,6 +280,8 @@ def trained_engines(args: argparse.Namespace, cache: Path) -> dict[str, Any]:
         options["ours bfloat16 weights"] = EngineOptions(dtype="bfloat16", device="cpu")
     if args.device == "cpu":
         options["ours int8 (torchao)"] = EngineOptions(quantize="int8", device="cpu")
+    if args.onnx:
+        options["onnxruntime float32"] = EngineOptions(engine="onnxruntime", onnx_cache=cache / "onnx")
     if args.ctranslate2:
         for quantize in ("none", "int8"):
             name = f"ct2 {'int8' if quantize == 'int8' else 'float'}"
@@ -419,6 +421,11 @@ def main() -> None:
         "--ctranslate2", action="store_true", help="also time our model exported to CTranslate2"
     )
     parser.add_argument(
+        "--onnx",
+        action="store_true",
+        help="with --model: also its ONNX export in ONNX Runtime (float32, CPU)",
+    )
+    parser.add_argument(
         "--compile",
         action="store_true",
         help="both models decode with a static cache and a torch.compile'd forward (CUDA graphs on a GPU)",
@@ -441,6 +448,8 @@ def main() -> None:
         parser.error(
             "--compile times the fixed-length run only: a file's batches have many shapes to compile"
         )
+    if args.onnx and not args.model:
+        parser.error("--onnx times a trained --model's export")
     if (args.source or args.references or args.references_tokenized) and not args.model:
         parser.error("--source and --references are the sentences of --model")
     if (args.references or args.references_tokenized) and not args.source:

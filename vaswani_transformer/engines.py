@@ -4,11 +4,14 @@
   that has it; float32 weights on a CPU, computed in bfloat16 autocast where the CPU multiplies it faster,
   `precision.decoding_precision`); `--quantize int8` gives the encoder's and decoder's linear layers dynamic
   int8 (`quantization.quantize_int8`, torchao).
+- onnxruntime: the model's ONNX export (`onnx_export`, exported on first use into a cache folder per model
+  content) in ONNX Runtime on the CPU, in float32, driven by the PyTorch model's own search
+  (`onnx_runtime.load_onnx_model`): the same beam search and length penalty as torch.
 - ctranslate2: the model converted to CTranslate2 on first use and kept in a cache folder per model content
   (`export.cached_export`); `--quantize int8` is CTranslate2's int8 compute type. CTranslate2's length penalty
   is |Y|^α, not the paper's GNMT ((5 + |Y|) / 6)^α, so beam search may choose differently on close calls.
 
-Both translate in length-sorted batches, return one translation per input in input order, and report progress
+All translate in length-sorted batches, return one translation per input in input order, and report progress
 alike. `load_engine` checks the options before loading anything (`check_engine_options`).
 """
 
@@ -23,10 +26,12 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .evaluation import decoding_settings, load_for_decoding
 from .export import CTranslate2Translator, cached_export
+from .onnx_export import ONNX_EXTRA, cached_onnx_export
+from .onnx_runtime import load_onnx_model
 from .quantization import INT8_EXTRA, quantize_int8
 from .translate import translate
 
-ENGINES = ("torch", "ctranslate2")
+ENGINES = ("torch", "onnxruntime", "ctranslate2")
 QUANTIZATIONS = ("none", "int8")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CTRANSLATE2_EXTRA = "pip install 'vaswani_transformer[ctranslate2]' (or ctranslate2)"
@@ -36,13 +41,15 @@ CTRANSLATE2_NAMES = {"num_beams": "beam_size", "length_penalty": "length_penalty
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """How to decode: the commands' --engine, --quantize, --dtype, --device and --ctranslate2_cache."""
+    """How to decode: the commands' --engine, --quantize, --dtype, --device, --ctranslate2_cache and
+    --onnx_cache."""
 
     engine: str = "torch"
     quantize: str = "none"
     dtype: str = "auto"
     device: str = "auto"
     ctranslate2_cache: Path | None = None
+    onnx_cache: Path | None = None
 
 
 def check_engine_options(options: EngineOptions) -> None:
@@ -51,8 +58,14 @@ def check_engine_options(options: EngineOptions) -> None:
     _check_choice("--engine", options.engine, ENGINES)
     _check_choice("--quantize", options.quantize, QUANTIZATIONS)
     _check_choice("--dtype", options.dtype, ("auto", *DTYPES))
+    if options.ctranslate2_cache is not None and options.engine != "ctranslate2":
+        raise ValueError("--ctranslate2_cache is the folder of --engine ctranslate2's conversions: drop it.")
+    if options.onnx_cache is not None and options.engine != "onnxruntime":
+        raise ValueError("--onnx_cache is the folder of --engine onnxruntime's exports: drop it.")
     if options.engine == "torch":
         _check_torch_options(options)
+    elif options.engine == "onnxruntime":
+        _check_onnxruntime_options(options)
     else:
         _check_ctranslate2_options(options)
 
@@ -63,8 +76,6 @@ def _check_choice(flag: str, value: str, choices: Sequence[str]) -> None:
 
 
 def _check_torch_options(options: EngineOptions) -> None:
-    if options.ctranslate2_cache is not None:
-        raise ValueError("--ctranslate2_cache is the folder of --engine ctranslate2's conversions: drop it.")
     device = torch_device(options.device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {options.device}: this machine has no CUDA GPU (use --device cpu).")
@@ -82,6 +93,22 @@ def _check_torch_options(options: EngineOptions) -> None:
         )
     if importlib.util.find_spec("torchao") is None:
         raise ValueError(f"--quantize int8 with --engine torch needs torchao: {INT8_EXTRA}.")
+
+
+def _check_onnxruntime_options(options: EngineOptions) -> None:
+    if options.device not in ("auto", "cpu"):
+        raise ValueError(f"--engine onnxruntime runs on the CPU, not {options.device}: drop --device.")
+    if options.quantize != "none":
+        raise ValueError(
+            "--engine onnxruntime decodes in float32: for int8 use --engine ctranslate2 --quantize int8."
+        )
+    if options.dtype not in ("auto", "float32"):
+        raise ValueError(f"--engine onnxruntime decodes in float32, not {options.dtype}: drop --dtype.")
+    missing = [
+        name for name in ("onnxruntime", "onnxscript", "onnx") if importlib.util.find_spec(name) is None
+    ]
+    if missing:
+        raise ValueError(f"--engine onnxruntime needs {', '.join(missing)}: {ONNX_EXTRA}.")
 
 
 def _check_ctranslate2_options(options: EngineOptions) -> None:
@@ -158,6 +185,20 @@ class TorchEngine:
         return decoding_settings(self.model, self.dtype, **overrides)
 
 
+class OnnxRuntimeEngine(TorchEngine):
+    """The model's ONNX export in ONNX Runtime (`onnx_runtime.load_onnx_model`), decoded by the PyTorch
+    model's search in float32: the same search, length penalty and output limit as TorchEngine."""
+
+    name = "onnxruntime"
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
+        super().__init__(model, tokenizer, torch.float32)
+
+    def decoding_settings(self, **overrides: Any) -> dict[str, Any]:
+        """TorchEngine's record, naming this engine."""
+        return {**super().decoding_settings(**overrides), "engine": self.name}
+
+
 class CTranslate2Engine:
     """The model's CTranslate2 export (`export.CTranslate2Translator`), with this package's keyword names."""
 
@@ -197,15 +238,18 @@ class CTranslate2Engine:
         return {CTRANSLATE2_NAMES.get(name, name): value for name, value in overrides.items()}
 
 
-Engine = TorchEngine | CTranslate2Engine
+Engine = TorchEngine | OnnxRuntimeEngine | CTranslate2Engine
 
 
 def load_engine(model: str | Path, options: EngineOptions = EngineOptions()) -> Engine:
     """The engine `options` name, loaded for a saved model folder or Hub id (checked first:
-    `check_engine_options`). The CTranslate2 engine converts the model on first use (`export.cached_export`)."""
+    `check_engine_options`). The CTranslate2 and ONNX Runtime engines convert the model on first use
+    (`export.cached_export`, `onnx_export.cached_onnx_export`)."""
     check_engine_options(options)
     if options.engine == "ctranslate2":
         return _load_ctranslate2(model, options)
+    if options.engine == "onnxruntime":
+        return OnnxRuntimeEngine(*load_onnx_model(cached_onnx_export(model, options.onnx_cache)))
     device = torch_device(options.device)
     explicit = DTYPES.get(options.dtype)
     if options.quantize == "int8":

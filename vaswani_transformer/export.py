@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +223,7 @@ def export_record(folder: Path, quantization: str | None, max_positions: int) ->
     this package's export format and the CTranslate2 version that writes model.bin."""
     files = sorted({path for pattern in MODEL_FILES for path in folder.glob(pattern) if path.is_file()})
     return {
-        "files": {path.name: _sha256(path) for path in files},
+        "files": {path.name: sha256_file(path) for path in files},
         "quantization": quantization or "float32",
         "max_positions": max_positions,
         "export_format": EXPORT_FORMAT,
@@ -231,7 +231,7 @@ def export_record(folder: Path, quantization: str | None, max_positions: int) ->
     }
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
@@ -275,23 +275,23 @@ def cached_export(
         to_ctranslate2(folder, staging, quantization=quantization, max_positions=max_positions)
         (staging / CACHE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         staging.chmod(0o755)  # mkdtemp makes it private; the cache folder is readable as any other
-        _move_into_place(staging, final, record)
+        move_into_place(staging, final, lambda path: _is_complete(path, record))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final
 
 
-def _move_into_place(staging: Path, final: Path, record: dict[str, Any]) -> None:
-    """Rename the finished `staging` to `final`, replacing an incomplete folder there; if another process
-    finished the same export first, keep its folder."""
-    if final.exists() and not _is_complete(final, record):
+def move_into_place(staging: Path, final: Path, is_complete: Callable[[Path], bool]) -> None:
+    """Rename the finished `staging` to `final`, replacing a folder there that `is_complete` rejects; if
+    another process finished the same export first, keep its folder."""
+    if final.exists() and not is_complete(final):
         discarded = Path(tempfile.mkdtemp(prefix=f".{final.name}.incomplete.", dir=final.parent))
         final.rename(discarded / "export")
         shutil.rmtree(discarded, ignore_errors=True)
     try:
         os.rename(staging, final)
     except OSError:
-        if not _is_complete(final, record):
+        if not is_complete(final):
             raise
 
 

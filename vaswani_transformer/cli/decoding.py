@@ -8,7 +8,9 @@ from typing import Any
 from ..engines import DTYPES, ENGINES, QUANTIZATIONS, EngineOptions, check_engine_options
 
 ENGINE_HELP = (
-    "torch (default): the model in PyTorch. ctranslate2: the model's CTranslate2 export (pip install "
+    "torch (default): the model in PyTorch. onnxruntime: the model's ONNX export (pip install "
+    "'vaswani_transformer[onnx]'), exported on first use into --onnx_cache, run by ONNX Runtime on the CPU in "
+    "float32 with the same search as torch. ctranslate2: the model's CTranslate2 export (pip install "
     "'vaswani_transformer[ctranslate2]'), converted on first use into --ctranslate2_cache and reused after; "
     "its beam search divides by |Y|^α, not the paper's GNMT ((5 + |Y|) / 6)^α, so close calls may differ"
 )
@@ -29,7 +31,8 @@ DTYPE_HELP = (
 
 
 def add_decoding_arguments(parser: argparse.ArgumentParser, *, batch_size: int) -> None:
-    """--num_beams, --length_penalty, --batch_size, --engine, --quantize, --dtype, --device, --ctranslate2_cache."""
+    """--num_beams, --length_penalty, --batch_size, --engine, --quantize, --dtype, --device, --ctranslate2_cache,
+    --onnx_cache."""
     parser.add_argument("--num_beams", "--num-beams", type=int, help="beam size (default: the model's, 4)")
     parser.add_argument(
         "--length_penalty",
@@ -57,6 +60,13 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, *, batch_size: int) 
         help="folder of --engine ctranslate2's conversions, one per model content and quantization "
         "(default: HF_HOME/vaswani_transformer/ctranslate2)",
     )
+    parser.add_argument(
+        "--onnx_cache",
+        "--onnx-cache",
+        type=Path,
+        help="folder of --engine onnxruntime's exports, one per model content "
+        "(default: HF_HOME/vaswani_transformer/onnx)",
+    )
 
 
 def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> EngineOptions:
@@ -70,6 +80,7 @@ def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         dtype=args.dtype,
         device=args.device,
         ctranslate2_cache=args.ctranslate2_cache,
+        onnx_cache=args.onnx_cache,
     )
     try:
         check_engine_options(options)

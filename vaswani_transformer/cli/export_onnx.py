@@ -1,0 +1,45 @@
+"""Export a trained model folder (or Hub id) to ONNX for ONNX Runtime: encoder, cross-attention and decoder-step
+graphs with dynamic batch and lengths, plus the tokenizer, config and generation config.
+
+    vaswani-export-onnx runs/multi30k/final runs/multi30k/onnx
+
+Decode the folder with `vaswani_transformer.onnx_runtime.load_onnx_model(FOLDER)` (a model whose generate() runs
+the graphs with the package's beam search), or let `vaswani-translate MODEL --engine onnxruntime` export and cache
+it for you. Graph inputs and outputs are described in vaswani_transformer/onnx_export.py
+(pip install 'vaswani_transformer[onnx]').
+"""
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..onnx_export import to_onnx
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command-line arguments."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="vaswani-export-onnx", description=__doc__, formatter_class=formatter
+    )
+    parser.add_argument("model", help="trained model folder (with its tokenizer) or Hub id user/name")
+    parser.add_argument("output_dir", type=Path, help="folder for the ONNX export (new or empty)")
+    parser.add_argument("--overwrite", action="store_true", help="replace what is in OUTPUT_DIR")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Export and print the output folder; exit status 2 for a refused output folder or model."""
+    args = parse_args(argv)
+    try:
+        output = to_onnx(args.model, args.output_dir, overwrite=args.overwrite)
+    except (FileExistsError, FileNotFoundError, ValueError, ImportError) as error:
+        print(f"vaswani-export-onnx: {error}", file=sys.stderr)
+        return 2
+    print(output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
