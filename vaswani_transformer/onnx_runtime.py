@@ -32,6 +32,9 @@ def _session(path: Path, threads: int | None) -> Any:
     options = onnxruntime.SessionOptions()
     if threads is not None:
         options.intra_op_num_threads = threads
+    # Between two graph calls PyTorch runs the search on the same cores: ONNX Runtime's threads spinning there
+    # for their next task made decoding twice as slow (benchmarks/RESULTS.md, "ONNX Runtime").
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
