@@ -13,6 +13,7 @@ from conftest import SENTENCES, save_random_model
 from vaswani_transformer import onnx_export
 from vaswani_transformer.cli import export_onnx as export_onnx_cli
 from vaswani_transformer.cli import translate as translate_cli
+from vaswani_transformer.engines import EngineOptions, load_engine
 from vaswani_transformer.evaluation import load_for_decoding
 from vaswani_transformer.onnx_export import GRAPHS, cached_onnx_export, to_onnx
 from vaswani_transformer.onnx_runtime import load_onnx_model
@@ -126,3 +127,29 @@ def test_export_command_refuses_a_folder_in_use_and_changes_nothing(model_dir, t
     assert "is not empty" in capsys.readouterr().err
     assert [path.name for path in output.iterdir()] == ["keep.txt"]
     assert list(tmp_path.iterdir()) == [output]  # no temporary folder left beside it
+
+
+def test_onnx_engine_records_itself_and_float32_for_scores_json(model_dir, tmp_path) -> None:
+    engine = load_engine(model_dir, EngineOptions(engine="onnxruntime", onnx_cache=tmp_path / "cache"))
+    settings = engine.decoding_settings(num_beams=2)
+    assert settings["engine"] == "onnxruntime" and settings["dtype"] == "float32"
+    assert settings["num_beams"] == 2 and settings["length_penalty_type"] == "gnmt"
+
+
+def test_export_overwrite_replaces_its_files_and_keeps_the_rest(model_dir, tmp_path, capsys) -> None:
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "keep.txt").write_text("mine")
+    (output / "decoder.onnx").write_text("stale")
+    assert export_onnx_cli.main([str(model_dir), str(output), "--overwrite"]) == 0
+    assert capsys.readouterr().out.strip() == str(output)
+    assert (output / "keep.txt").read_text() == "mine"
+    assert all((output / graph).stat().st_size > 1000 for graph in GRAPHS)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]  # no temporary folder left
+
+
+def test_export_command_refuses_a_file_as_output(model_dir, tmp_path, capsys) -> None:
+    target = tmp_path / "model.onnx"
+    target.write_text("mine")
+    assert export_onnx_cli.main([str(model_dir), str(target)]) == 2
+    assert "is a file" in capsys.readouterr().err and target.read_text() == "mine"

@@ -240,9 +240,11 @@ def export_graphs(model: PreTrainedModel, folder: Path) -> None:
 def to_onnx(model_dir: str | Path, output_dir: str | Path, *, overwrite: bool = False) -> Path:
     """Export a saved model folder (or Hub id) to ONNX graphs, with its tokenizer, config and generation config,
     so `onnx_runtime.load_onnx_model(output_dir)` needs nothing else. Written under a temporary name in the
-    same parent folder and renamed when complete."""
+    same parent folder and renamed when complete; with `overwrite`, its files replace those of the same name."""
     output = Path(output_dir)
-    if output.exists() and (not output.is_dir() or any(output.iterdir())) and not overwrite:
+    if output.exists() and not output.is_dir():
+        raise FileExistsError(f"{output} is a file; choose a folder for the export.")
+    if output.is_dir() and any(output.iterdir()) and not overwrite:
         raise FileExistsError(
             f"{output} is not empty; choose another folder or pass overwrite=True (--overwrite)."
         )
@@ -251,9 +253,11 @@ def to_onnx(model_dir: str | Path, output_dir: str | Path, *, overwrite: bool = 
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
         _write_export(model, tokenizer, staging)
-        if output.exists():
-            shutil.rmtree(output) if output.is_dir() else output.unlink()
-        staging.rename(output)
+        if not output.exists():
+            staging.rename(output)
+        else:  # --overwrite: the export's files replace their namesakes; the folder's other files stay
+            for path in staging.iterdir():
+                path.replace(output / path.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return output

@@ -25,7 +25,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("model", help="trained model folder (with its tokenizer) or Hub id user/name")
     parser.add_argument("output_dir", type=Path, help="folder for the ONNX export (new or empty)")
-    parser.add_argument("--overwrite", action="store_true", help="replace what is in OUTPUT_DIR")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty OUTPUT_DIR: the export's files replace those of the same name, other files stay",
+    )
     return parser.parse_args(argv)
 
 

@@ -3,8 +3,9 @@ r"""Translate text with a trained model: one sentence a line, from files or stan
 Decoding is the model's own (the paper's §6.1: beam 4, length penalty α = 0.6, input length + 50) unless
 --num_beams or --length_penalty say otherwise; batches are sorted by length; progress goes to standard error.
 Blank lines stay blank, so the output has exactly one line per input line (lines end at "\n" only). The same
-holds for every engine: PyTorch (default; --quantize int8 for dynamic int8 linear layers on a CPU) or the
-model's CTranslate2 export (--engine ctranslate2, converted once and cached; --quantize int8 is its fast CPU path).
+holds for every engine: PyTorch (default; --quantize int8 for dynamic int8 linear layers on a CPU), the model's
+ONNX export in ONNX Runtime (--engine onnxruntime, exported once and cached; float32 on the CPU, the same search),
+or its CTranslate2 export (--engine ctranslate2, converted once and cached; --quantize int8 is its fast CPU path).
 
     echo "Where is the train station?" | vaswani-translate runs/tatoeba-en-de/final
     vaswani-translate runs/tatoeba-en-de/final input.en > output.de
