@@ -101,8 +101,10 @@ def test_readme_commands_run_in_miniature(shared_data: Path, tmp_path: Path) -> 
         "scripts/plot_attention.py",
         "scripts/plot_positional_encoding.py",
         "scripts/export_ctranslate2.py",
+        "scripts/export_onnx.py",
     } <= set(ran)
     assert (tmp_path / "runs" / "tatoeba-en-de" / "ct2" / "model.bin").is_file()
+    assert (tmp_path / "runs" / "tatoeba-en-de" / "onnx" / "decoder.onnx").is_file()
     assert (tmp_path / "hub" / "tatoeba-en-de" / "README.md").is_file()
     assert (tmp_path / "pictures" / "positional_encoding.png").is_file()
 

@@ -20,6 +20,7 @@ COMMANDS = {
     "vaswani-plot-attention",
     "vaswani-plot-positional-encoding",
     "vaswani-export-ctranslate2",
+    "vaswani-export-onnx",
 }
 
 

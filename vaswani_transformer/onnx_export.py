@@ -24,6 +24,7 @@ import hashlib
 import json
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -95,12 +96,15 @@ class DecoderStepGraph(nn.Module):
     @staticmethod
     def _attend(
         query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scaling: float
-    ):
+    ) -> torch.Tensor:
         """§3.2.1 softmax(Q Kᵀ / √d_k) V, with `bias` (0 or the most negative float) masking positions."""
         scores = torch.matmul(query, keys.transpose(-1, -2)) * scaling + bias
         return torch.matmul(torch.softmax(scores, dim=-1), values)
 
-    def _self_attention(self, layer: nn.Module, hidden: torch.Tensor, past: tuple, causal: torch.Tensor):
+    def _self_attention(
+        self, layer: nn.Module, hidden: torch.Tensor, past: tuple, causal: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """LayerNorm(x + SelfAttention(x)) over the past and new positions, and the new positions' K and V."""
         attention = layer.self_attn
         query = _heads(attention.q_proj(hidden), self.heads)  # (rows, heads, new, d_k)
         key = _heads(attention.k_proj(hidden), self.heads)
@@ -112,16 +116,16 @@ class DecoderStepGraph(nn.Module):
 
     def _cross_attention(
         self, layer: nn.Module, hidden: torch.Tensor, cross: tuple, source_bias: torch.Tensor
-    ):
+    ) -> torch.Tensor:
+        """LayerNorm(x + EncoderDecoderAttention(x)) with the cached keys/values of the sentence's source."""
         attention = layer.encoder_attn
         sources = cross[0].shape[0]
         query = _heads(attention.q_proj(hidden), self.heads)  # (rows, heads, new, d_k)
         # The beams of a sentence are its extra query positions: (sources, heads, beams · new, d_k)
         grouped = query.unflatten(0, (sources, -1)).transpose(1, 2).flatten(2, 3)
         attended = self._attend(grouped, cross[0], cross[1], source_bias, attention.scaling)
-        attended = (
-            attended.unflatten(2, (-1, query.shape[2])).transpose(1, 2).flatten(0, 1)
-        )  # (rows, heads, new, d_v)
+        # one row per beam again: (rows, heads, new, d_v)
+        attended = attended.unflatten(2, (-1, query.shape[2])).transpose(1, 2).flatten(0, 1)
         output = attention.out_proj(attended.transpose(1, 2).flatten(2))
         return layer._residual(hidden, output, layer.encoder_attn_layer_norm)
 
@@ -137,9 +141,8 @@ class DecoderStepGraph(nn.Module):
         # A new position sees every past position and the new ones up to itself: (new, past + new)
         seen = torch.arange(past_length + new, device=input_ids.device) <= positions.unsqueeze(-1)
         causal = torch.where(seen, 0.0, lowest).to(hidden.dtype)
-        source_bias = torch.where(encoder_attention_mask.bool(), 0.0, lowest).to(hidden.dtype)[
-            :, None, None, :
-        ]
+        source_bias = torch.where(encoder_attention_mask.bool(), 0.0, lowest).to(hidden.dtype)
+        source_bias = source_bias[:, None, None, :]  # (sources, 1, 1, src_len)
         presents = []
         for index, layer in enumerate(self.decoder.layers):
             pair = slice(2 * index, 2 * index + 2)
@@ -179,7 +182,16 @@ def _export(
     module: nn.Module, example: tuple, path: Path, names: tuple[list[str], list[str]], dynamic: tuple
 ) -> None:
     inputs, outputs = names
-    program = torch.onnx.export(
+    # Two notes from inside torch's exporter about its own code, nothing the user can act on: not shown.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="# The axis name", category=UserWarning)
+        warnings.filterwarnings("ignore", message=".*LeafSpec", category=FutureWarning)
+        program = _onnx_program(module, example, inputs, outputs, dynamic)
+    program.save(str(path))
+
+
+def _onnx_program(module: nn.Module, example: tuple, inputs: list, outputs: list, dynamic: tuple) -> Any:
+    return torch.onnx.export(
         module.eval(),
         example,
         input_names=inputs,
@@ -190,7 +202,6 @@ def _export(
         external_data=False,
         verbose=False,  # its progress lines would go to standard output, where translations go
     )
-    program.save(str(path))
 
 
 def export_graphs(model: PreTrainedModel, folder: Path) -> None:
