@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from datasets import Dataset, concatenate_datasets
 
@@ -15,7 +16,15 @@ from tests.conftest import tatoeba_files
 from vaswani_transformer import data, experiment
 from vaswani_transformer.data import load_text_pair, load_tsv
 from vaswani_transformer.experiment import TrainOptions, train_and_evaluate
-from vaswani_transformer.prepared import TextDigest, bpe_sample, build_once, content_digest, prepared_folder
+from vaswani_transformer.prepared import (
+    TextDigest,
+    arrow_batches,
+    bpe_sample,
+    build_once,
+    content_digest,
+    prepared_folder,
+    texts_for_bpe,
+)
 
 TINY = {"d_model": 32, "d_ff": 64, "num_heads": 2, "num_encoder_layers": 1, "num_decoder_layers": 1}
 
@@ -234,3 +243,28 @@ def test_vaswani_prepare_fills_the_cache_that_training_then_starts_from(
     train_and_evaluate(options)
     assert (tmp_path / "run" / "final" / "scores.json").is_file()
     assert prepare.main([*flags, "--bpe_max_pairs", "-1"]) == 2
+
+
+def test_a_cached_corpus_is_read_from_its_file_not_through_the_mapping(tmp_path: Path, monkeypatch) -> None:
+    """The whole corpus and in-order selections of it (the BPE sample) are read with plain reads of the cache file,
+    in batches across its record batches, giving the Dataset's own rows; other selections read the Dataset."""
+    source, target = tmp_path / "train.en", tmp_path / "train.de"
+    for path, lines in zip((source, target), corpus_lines(250), strict=True):
+        path.write_bytes(lines)
+    monkeypatch.setattr(data, "PAIRS_PER_CHUNK", 40)  # several record batches in the file
+    corpus, _ = load_text_pair(source, target, tmp_path / "cache")
+    opened: list[str] = []
+    os_file = pa.OSFile
+    monkeypatch.setattr(pa, "OSFile", lambda path, *args: (opened.append(path), os_file(path, *args))[1])
+    sample = bpe_sample(corpus, 100, seed=3)
+    for dataset, from_file in (
+        (corpus, True),
+        (sample, True),
+        (corpus.select(range(len(corpus))[::-1]), False),
+    ):
+        opened.clear()
+        batches = list(arrow_batches(dataset, ["target", "source"], 32))
+        assert max(batch.num_rows for batch in batches) <= 32
+        assert pa.concat_tables(batches).to_pydict() == dataset.select_columns(["target", "source"]).to_dict()
+        assert bool(opened) == from_file
+    assert list(texts_for_bpe(sample)) == list(sample["source"]) + list(sample["target"])

@@ -22,7 +22,7 @@ from torch.utils.data import Dataset as TorchDataset
 from transformers import PreTrainedTokenizerBase
 
 from .data import FilterStats, dropped_pairs
-from .prepared import SIDES
+from .prepared import SIDES, arrow_batches
 
 ENCODE_BATCH = 10_000  # pairs encoded at a time: bounds preparation's memory, not its speed
 COUNT_CHUNK = 1 << 24  # token ids counted at a time (bincount widens them to 8 bytes each)
@@ -155,7 +155,7 @@ def write_tokenized(
     writer = _TokenFileWriter(folder, len(tokenizer))
     totals = np.zeros(3, dtype=np.int64)  # kept, empty, too long
     try:
-        for batch in pairs.with_format("arrow").iter(batch_size=ENCODE_BATCH):
+        for batch in arrow_batches(pairs, SIDES, ENCODE_BATCH):  # plain reads of a cached corpus file
             encoded = {side: _ids(backend.encode_batch_fast(batch[side].to_pylist())) for side in SIDES}
             empty, too_long = dropped_pairs(encoded["source"][1], encoded["target"][1], n_special, max_length)
             keep = ~(empty | too_long)
