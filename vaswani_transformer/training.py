@@ -83,7 +83,7 @@ def mixed_precision_arguments(mixed_precision: str = "auto") -> dict[str, bool]:
 
 
 # Under torchrun the other processes wait at a barrier while the main one prepares the data the first time
-# (`experiment.prepare_training_data`: the paper's 4.5M pairs took 7.9 minutes on 2 CPU cores, benchmarks/RESULTS.md;
+# (`experiment.prepare_training_data`: the paper's 4.5M pairs took 5.5-7.9 minutes on 2 CPU cores, benchmarks/RESULTS.md;
 # a busy host several times that). transformers' default wait of 30 minutes would end such a run;
 # this one is set explicitly, for work that finishes.
 DATA_PREPARATION_WAIT_S = 4 * 3600
