@@ -205,9 +205,14 @@ def decoding_defaults(model: PreTrainedModel) -> dict[str, Any]:
     }
 
 
+def conversion_cache_dir(kind: str) -> Path:
+    """Where converted models of one `kind` are cached: HF_HOME/vaswani_transformer/KIND."""
+    return Path(constants.HF_HOME) / "vaswani_transformer" / kind
+
+
 def default_cache_dir() -> Path:
     """Where `cached_export` keeps conversions: HF_HOME/vaswani_transformer/ctranslate2."""
-    return Path(constants.HF_HOME) / "vaswani_transformer" / "ctranslate2"
+    return conversion_cache_dir("ctranslate2")
 
 
 def model_folder(model: str | Path) -> Path:
@@ -218,12 +223,17 @@ def model_folder(model: str | Path) -> Path:
     return Path(snapshot_download(name, allow_patterns=list(MODEL_FILES)))
 
 
+def model_file_hashes(folder: Path) -> dict[str, str]:
+    """The SHA-256 of each model file in `folder` (`MODEL_FILES`), by name: what a conversion is made from."""
+    files = sorted({path for pattern in MODEL_FILES for path in folder.glob(pattern) if path.is_file()})
+    return {path.name: sha256_file(path) for path in files}
+
+
 def export_record(folder: Path, quantization: str | None, max_positions: int) -> dict[str, Any]:
     """What an export of `folder` depends on: the SHA-256 of each model file, the conversion's settings,
     this package's export format and the CTranslate2 version that writes model.bin."""
-    files = sorted({path for pattern in MODEL_FILES for path in folder.glob(pattern) if path.is_file()})
     return {
-        "files": {path.name: sha256_file(path) for path in files},
+        "files": model_file_hashes(folder),
         "quantization": quantization or "float32",
         "max_positions": max_positions,
         "export_format": EXPORT_FORMAT,
@@ -239,13 +249,40 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _is_complete(folder: Path, record: dict[str, Any]) -> bool:
-    """Whether `folder` is a finished export of `record` (its record file is written last)."""
+def _is_complete(folder: Path, record: dict[str, Any], products: Sequence[str]) -> bool:
+    """Whether `folder` is a finished conversion of `record` (its record file is written last)."""
     try:
         saved = json.loads((folder / CACHE_RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return saved == record and (folder / "model.bin").is_file()
+    return saved == record and all((folder / product).is_file() for product in products)
+
+
+def cached_conversion(
+    record: dict[str, Any],
+    convert: Callable[[Path], None],
+    products: Sequence[str],
+    root: Path,
+) -> Path:
+    """The folder under `root` named by a hash of `record`, made by `convert(folder)` on the first call and
+    reused after (while it holds `products` and the same record).
+
+    `convert` writes into a hidden temporary folder, which is renamed into place when complete; a folder under
+    the final name that is not complete (say, copied in by hand and cut short) is replaced."""
+    key = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:32]
+    final = root / key
+    if _is_complete(final, record, products):
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+    try:
+        convert(staging)
+        (staging / CACHE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        staging.chmod(0o755)  # mkdtemp makes it private; the cache folder is readable as any other
+        move_into_place(staging, final, lambda path: _is_complete(path, record, products))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
 
 
 def cached_export(
@@ -258,27 +295,18 @@ def cached_export(
     """The CTranslate2 export of `model` (folder or Hub id), converted on the first call and reused after.
 
     The export lives in `cache_dir` (default: `default_cache_dir()`) under a hash of `export_record`: a
-    retrained model, another quantization or a new export format gets a new folder. It is converted into a
-    hidden temporary folder and renamed into place when complete; a folder under the final name that is not
-    complete (say, copied in by hand and cut short) is replaced. Returns the export's folder.
+    retrained model, another quantization or a new export format gets a new folder (`cached_conversion`).
+    Returns the export's folder.
     """
     folder = model_folder(model)
-    record = export_record(folder, quantization, max_positions)
-    key = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:32]
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    final = root / key
-    if _is_complete(final, record):
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-    try:
-        to_ctranslate2(folder, staging, quantization=quantization, max_positions=max_positions)
-        (staging / CACHE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        staging.chmod(0o755)  # mkdtemp makes it private; the cache folder is readable as any other
-        move_into_place(staging, final, lambda path: _is_complete(path, record))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return final
+    return cached_conversion(
+        export_record(folder, quantization, max_positions),
+        lambda staging: to_ctranslate2(
+            folder, staging, quantization=quantization, max_positions=max_positions
+        ),
+        ["model.bin"],
+        Path(cache_dir) if cache_dir is not None else default_cache_dir(),
+    )
 
 
 def move_into_place(staging: Path, final: Path, is_complete: Callable[[Path], bool]) -> None:

@@ -20,8 +20,6 @@ example's. `tests/test_onnx.py` checks the graphs against the PyTorch model's lo
 Optimum's `ORTModelForSeq2SeqLM` is not the target: optimum-onnx's only release requires transformers < 4.58.
 """
 
-import hashlib
-import json
 import shutil
 import tempfile
 import warnings
@@ -34,13 +32,12 @@ from torch.export import Dim
 from transformers import PreTrainedModel
 
 from .evaluation import load_for_decoding
-from .export import MODEL_FILES, model_folder, move_into_place, sha256_file
+from .export import cached_conversion, conversion_cache_dir, model_file_hashes, model_folder
 
 GRAPHS = ("encoder.onnx", "cross_attention.onnx", "decoder.onnx")
 OPSET = 18
 # What the export writes for a given model: bump it when that changes, so cached exports are made anew.
 ONNX_EXPORT_FORMAT = 1
-CACHE_RECORD = "export.json"  # written last into a cached export: what it was made from
 ONNX_EXTRA = "pip install 'vaswani_transformer[onnx]' (onnx, onnxscript, onnxruntime)"
 
 
@@ -264,6 +261,7 @@ def to_onnx(model_dir: str | Path, output_dir: str | Path, *, overwrite: bool = 
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
         _write_export(model, tokenizer, staging)
+        staging.chmod(0o755)  # mkdtemp makes it private; an export is readable as any other folder
         if not output.exists():
             staging.rename(output)
         else:  # --overwrite: the export's files replace their namesakes; the folder's other files stay
@@ -279,52 +277,31 @@ def _write_export(model: PreTrainedModel, tokenizer: Any, folder: Path) -> None:
     model.config.save_pretrained(folder)
     model.generation_config.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    folder.chmod(0o755)  # mkdtemp makes it private; an export is readable as any other folder
 
 
 def default_cache_dir() -> Path:
     """Where `cached_onnx_export` keeps exports: HF_HOME/vaswani_transformer/onnx."""
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HOME) / "vaswani_transformer" / "onnx"
+    return conversion_cache_dir("onnx")
 
 
 def onnx_export_record(folder: Path) -> dict[str, Any]:
     """What an export of `folder` depends on: its files' SHA-256, the export format, torch's version."""
-    files = sorted({path for pattern in MODEL_FILES for path in folder.glob(pattern) if path.is_file()})
     return {
-        "files": {path.name: sha256_file(path) for path in files},
+        "files": model_file_hashes(folder),
         "export_format": ONNX_EXPORT_FORMAT,
         "opset": OPSET,
         "torch": torch.__version__,
     }
 
 
-def _is_complete(folder: Path, record: dict[str, Any]) -> bool:
-    try:
-        saved = json.loads((folder / CACHE_RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return saved == record and all((folder / graph).is_file() for graph in GRAPHS)
-
-
 def cached_onnx_export(model: str | Path, cache_dir: str | Path | None = None) -> Path:
     """The ONNX export of `model` (folder or Hub id), exported on the first call and reused after, in a folder
-    of `cache_dir` (default `default_cache_dir()`) named by a hash of `onnx_export_record`."""
+    of `cache_dir` (default `default_cache_dir()`) named by a hash of `onnx_export_record`
+    (`export.cached_conversion`)."""
     folder = model_folder(model)
-    record = onnx_export_record(folder)
-    key = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:32]
+
+    def convert(staging: Path) -> None:
+        _write_export(*load_for_decoding(folder, device="cpu", dtype=torch.float32), staging)
+
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    final = root / key
-    if _is_complete(final, record):
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-    try:
-        model_, tokenizer = load_for_decoding(folder, device="cpu", dtype=torch.float32)
-        _write_export(model_, tokenizer, staging)
-        (staging / CACHE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        move_into_place(staging, final, lambda path: _is_complete(path, record))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return final
+    return cached_conversion(onnx_export_record(folder), convert, GRAPHS, root)

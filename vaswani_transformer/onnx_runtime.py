@@ -93,17 +93,19 @@ class OnnxDecoder(nn.Module):
                 key, value = (torch.from_numpy(array) for array in arrays[2 * layer : 2 * layer + 2])
                 cross.update(key, value, layer)
                 cache.is_updated[layer] = True
+        return self._arrays(cross)
+
+    def _arrays(self, cache: DynamicCache) -> list[np.ndarray]:
+        """The cache's keys and values as the graphs take them: layer 0's key, value, layer 1's …"""
         return [
-            _numpy(tensor) for layer in cross.layers[: self.layers] for tensor in (layer.keys, layer.values)
+            _numpy(tensor) for layer in cache.layers[: self.layers] for tensor in (layer.keys, layer.values)
         ]
 
     def _past(self, cache: DynamicCache, rows: int, like: np.ndarray) -> list[np.ndarray]:
         if cache.get_seq_length() == 0:
             empty = np.zeros((rows, like.shape[1], 0, like.shape[3]), dtype=like.dtype)
             return [empty] * (2 * self.layers)
-        return [
-            _numpy(tensor) for layer in cache.layers[: self.layers] for tensor in (layer.keys, layer.values)
-        ]
+        return self._arrays(cache)
 
     def forward(
         self,
