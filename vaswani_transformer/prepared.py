@@ -74,14 +74,14 @@ def remember_digest(pairs: Dataset, digest: str) -> None:
 
 
 def content_digest(pairs: Dataset) -> str:
-    """The pairs' `TextDigest`: remembered from their reading, or read in Arrow batches (a selection of a
-    memory-mapped corpus is never copied whole)."""
+    """The pairs' `TextDigest`: remembered from their reading, or read in Arrow batches (`arrow_batches`: a
+    selection of a cached corpus is never copied whole nor left resident)."""
     if (known := _known_digests.get(pairs._fingerprint)) is not None:
         return known
     digest = TextDigest()
     for name in SIDES:
-        for batch in pairs.select_columns([name]).with_format("arrow").iter(batch_size=DIGEST_BATCH):
-            for chunk in pa.chunked_array(batch[name]).chunks:
+        for batch in arrow_batches(pairs, [name], DIGEST_BATCH):
+            for chunk in batch.column(name).chunks:
                 digest.update(name, chunk)
     return digest.hexdigest()
 
