@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import SENTENCES, save_random_model
+from huggingface_hub import constants
 
 from vaswani_transformer import onnx_export
+from vaswani_transformer.cli import export as export_cli
 from vaswani_transformer.cli import export_onnx as export_onnx_cli
 from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.engines import EngineOptions, load_engine
@@ -153,3 +155,13 @@ def test_export_command_refuses_a_file_as_output(model_dir, tmp_path, capsys) ->
     target.write_text("mine")
     assert export_onnx_cli.main([str(model_dir), str(target)]) == 2
     assert "is a file" in capsys.readouterr().err and target.read_text() == "mine"
+
+
+@pytest.mark.parametrize("command", [export_onnx_cli, export_cli])
+def test_export_commands_refuse_a_model_they_cannot_load(command, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # a Hub id that is not cached: fails at once
+    monkeypatch.chdir(tmp_path)
+    assert command.main(["someone/no-such-model", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert "someone/no-such-model" in error and "Traceback" not in error
+    assert list(tmp_path.iterdir()) == []  # nothing written

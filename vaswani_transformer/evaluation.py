@@ -129,6 +129,10 @@ def load_for_decoding(
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=dtype or decoding_dtype(device))
+    except (
+        OSError
+    ) as error:  # a Hub id not found, not reachable or not cached offline: transformers' text names none
+        raise OSError(f"{name}: cannot load this model ({error})") from None
     except RuntimeError as error:
         if "mismatched_sizes" not in str(error):
             raise

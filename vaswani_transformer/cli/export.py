@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_positions=args.max_positions,
             overwrite=args.overwrite,
         )
-    except (FileExistsError, FileNotFoundError, ValueError, ImportError) as error:
+    except (OSError, ValueError, ImportError) as error:  # a refused folder, a model that cannot be loaded
         print(f"vaswani-export-ctranslate2: {error}", file=sys.stderr)
         return 2
     print(output)

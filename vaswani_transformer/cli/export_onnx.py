@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         output = to_onnx(args.model, args.output_dir, overwrite=args.overwrite)
-    except (FileExistsError, FileNotFoundError, ValueError, ImportError) as error:
+    except (OSError, ValueError, ImportError) as error:  # a refused folder, a model that cannot be loaded
         print(f"vaswani-export-onnx: {error}", file=sys.stderr)
         return 2
     print(output)
