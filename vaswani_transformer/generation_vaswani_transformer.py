@@ -28,8 +28,52 @@ from transformers import GenerationMixin
 from transformers import __version__ as transformers_version
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import Seq2SeqLMOutput
 
 BLOCK = 64  # columns per block: one pass of block maxima, then a top-k over vocabulary / 64 blocks per beam
+
+# transformers 5.24 renamed the decoding cache `past_key_values` → `cache`: in forward arguments, output fields and
+# mask helpers (the old name warns, until 5.40). Outputs and helpers get the installed version's name.
+CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
+def take_cache(past_key_values: Cache | None, kwargs: dict[str, Any]) -> Cache | None:
+    """The decoding cache, named `past_key_values` (transformers 5.17–5.23) or `cache` (its name from 5.24)."""
+    cache = kwargs.pop("cache", None)
+    return past_key_values if past_key_values is not None else cache
+
+
+def self_attention_cache(cache: Cache | None) -> Cache | None:
+    """The decoder self-attention's cache: a cache's own, or all of it when it holds no cross-attention part."""
+    return cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+
+
+# Beams share their sentence's source (`_expand_inputs_for_generation` below): the encoder output, source mask and
+# cross-attention keys/values stay at one row per sentence, and the `group` consecutive beam rows of a sentence are
+# its extra query positions.
+def queries_per_source(query: torch.Tensor, sources: int) -> tuple[torch.Tensor, int]:
+    """(batch, heads, tgt_len, d) queries as (sources, heads, group · tgt_len, d), with group = batch / sources."""
+    group = query.shape[0] // sources
+    if group > 1:
+        query = query.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)
+    return query, group
+
+
+def weights_per_beam(weights: torch.Tensor | None, group: int) -> torch.Tensor | None:
+    """Attention weights of `queries_per_source` queries back to (batch, heads, tgt_len, src_len), one row per beam."""
+    if group > 1 and weights is not None:
+        weights = weights.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
+    return weights
+
+
+def rows_per_source(states: torch.Tensor, sources: int) -> torch.Tensor:
+    """(batch, len, d) decoder states as (sources, group · len, d): the query shape the cross-attention mask needs.
+
+    Only when the batch holds beams: reshaping equal batches too would tie an exported graph's batch size to its
+    example's."""
+    if states.shape[0] == sources:
+        return states
+    return states.reshape(sources, -1, states.shape[-1])
 
 
 def is_plain_request(generation_config: Any, logits_processor: Any, synced_gpus: bool) -> bool:
@@ -339,11 +383,7 @@ class VaswaniTransformerGenerationMixin(GenerationMixin):
     # A pre-allocated (static) cache is reordered in place: CUDA graphs replay on fixed addresses, and transformers'
     # reorder gives every layer new tensors, after a length check that waits for the GPU.
     def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
-        cache = (
-            past_key_values.self_attention_cache
-            if isinstance(past_key_values, EncoderDecoderCache)
-            else past_key_values
-        )
+        cache = self_attention_cache(past_key_values)
         if not cache.is_compileable:
             cache.reorder_cache(beam_idx)
             return past_key_values

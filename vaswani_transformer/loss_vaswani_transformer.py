@@ -3,6 +3,7 @@
 Sibling of the model file (shipped with it as remote code; imports only torch). `label_smoothed_loss` computes it
 from logits; `fused_label_smoothed_loss` from the decoder's output and the tied output weights, never holding the
 (tokens × vocabulary) logits. Both sum over target tokens and divide by the token count (`per_token`).
+`VaswaniTransformerLossMixin` gives the translation model its loss methods and the choice between the two.
 """
 
 from typing import Any
@@ -107,3 +108,42 @@ def fused_label_smoothed_loss(
         hidden_states.flatten(0, -2), output_weight, labels.flatten(), label_smoothing
     )
     return per_token(loss, labels, num_items_in_batch)
+
+
+class VaswaniTransformerLossMixin:
+    """The translation model's loss: label-smoothed (config.label_smoothing) while training, fused with the tied
+    output layer when that is safe (config.fused_loss)."""
+
+    def label_smoothed_loss(
+        self,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        label_smoothing: float | None = None,
+    ) -> torch.Tensor:
+        """§5.4 label smoothing (ε_ls = config.label_smoothing unless given; 0: the plain negative
+        log-likelihood) per target token (`per_token`)."""
+        smoothing = self.config.label_smoothing if label_smoothing is None else label_smoothing
+        return label_smoothed_loss(logits, labels, smoothing, num_items_in_batch)
+
+    def fuses_loss(self) -> bool:
+        """Whether a forward with labels takes the fused loss: training with gradients, a plain lm_head.
+
+        Not while torch.compile traces (the compiler fuses the logits path itself), nor when lm_head was wrapped
+        (e.g. by an adapter), whose own forward the fused loss would bypass.
+        """
+        return (
+            self.config.fused_loss
+            and self.training
+            and torch.is_grad_enabled()
+            and type(self.lm_head) is nn.Linear
+            and not torch.compiler.is_compiling()
+        )
+
+    def fused_loss(
+        self, hidden_states: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None
+    ) -> torch.Tensor:
+        """`label_smoothed_loss(self.lm_head(hidden_states), labels, …)`, never holding the logits."""
+        return fused_label_smoothed_loss(
+            hidden_states, self.lm_head.weight, labels, self.config.label_smoothing, num_items_in_batch
+        )

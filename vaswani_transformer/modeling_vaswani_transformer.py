@@ -8,7 +8,6 @@ generation_vaswani_transformer.py.
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,9 +31,17 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani_transformer import VaswaniTransformerConfig
-from .generation_vaswani_transformer import VaswaniTransformerGenerationMixin
-from .loss_vaswani_transformer import fused_label_smoothed_loss, label_smoothed_loss
-from .remote_code import ship_translation_pipeline
+from .generation_vaswani_transformer import (
+    CACHE_NAME,
+    VaswaniTransformerGenerationMixin,
+    queries_per_source,
+    rows_per_source,
+    self_attention_cache,
+    take_cache,
+    weights_per_beam,
+)
+from .loss_vaswani_transformer import VaswaniTransformerLossMixin
+from .remote_code import RemoteCodeSavingMixin
 
 
 # §3.5 Positional Encoding
@@ -140,10 +147,7 @@ class VaswaniTransformerAttention(nn.Module):
         self.out_proj = nn.Linear(self.num_heads * self.d_v, config.d_model, bias=False)
 
     def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
-        batch, length = states.shape[:2]
-        return states.view(batch, length, self.num_heads, head_dim).transpose(
-            1, 2
-        )  # (batch, heads, len, dim)
+        return states.unflatten(-1, (self.num_heads, head_dim)).transpose(1, 2)  # (batch, heads, len, dim)
 
     def _project_keys_values(
         self,
@@ -152,18 +156,14 @@ class VaswaniTransformerAttention(nn.Module):
         is_cross_attention: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V for this step; cross-attention K/V are computed once per generation and then reused."""
-        cache = None
+        cache = past_key_values
         if isinstance(past_key_values, EncoderDecoderCache):
             if is_cross_attention and past_key_values.is_updated.get(self.layer_idx):
                 layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
                 return layer.keys, layer.values
             cache = (
-                past_key_values.cross_attention_cache
-                if is_cross_attention
-                else past_key_values.self_attention_cache
+                past_key_values.cross_attention_cache if is_cross_attention else self_attention_cache(cache)
             )
-        elif past_key_values is not None:
-            cache = past_key_values
         keys = self._split_heads(self.k_proj(key_value_states), self.d_k)
         values = self._split_heads(self.v_proj(key_value_states), self.d_v)
         if cache is not None:
@@ -196,12 +196,8 @@ class VaswaniTransformerAttention(nn.Module):
         keys, values = self._project_keys_values(
             key_value_states if is_cross_attention else hidden_states, past_key_values, is_cross_attention
         )
-        # Beams share their sentence's source (see `_expand_inputs_for_generation`): `group` consecutive query rows
-        # per key row attend to one copy of its keys/values, as extra query positions of that row.
-        group = query.shape[0] // keys.shape[0]
-        if group > 1:
-            # (sources, heads, group · tgt_len, d_k)
-            query = query.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)
+        # Beams share their sentence's keys/values: its beams' queries as extra query positions of one row
+        query, group = queries_per_source(query, keys.shape[0])  # (sources, heads, group · tgt_len, d_k)
         output, weights = self._attention_function(query)(
             self,
             query,
@@ -214,11 +210,8 @@ class VaswaniTransformerAttention(nn.Module):
         )
         output = output.reshape(
             *hidden_states.shape[:-1], -1
-        )  # (batch, tgt_len, heads * d_v): Concat(head_i)
-        if group > 1 and weights is not None:
-            # (batch, heads, tgt_len, src_len) again, one row per beam
-            weights = weights.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
-        return self.out_proj(output), weights
+        )  # (batch, tgt_len, heads · d_v): Concat(head_i)
+        return self.out_proj(output), weights_per_beam(weights, group)
 
 
 # §3.3 Position-wise Feed-Forward Networks
@@ -311,8 +304,9 @@ class VaswaniTransformerDecoderLayer(VaswaniTransformerPostNormLayer):
         return self._feed_forward_sublayer(hidden_states)
 
 
-class VaswaniTransformerPreTrainedModel(PreTrainedModel):
-    """Weight initialisation and transformers plumbing shared by all Vaswani Transformer classes."""
+class VaswaniTransformerPreTrainedModel(RemoteCodeSavingMixin, PreTrainedModel):
+    """Weight initialisation and transformers plumbing shared by all Vaswani Transformer classes (saved with the
+    translation pipeline's code: `RemoteCodeSavingMixin`)."""
 
     config: VaswaniTransformerConfig
     config_class = VaswaniTransformerConfig
@@ -328,12 +322,10 @@ class VaswaniTransformerPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         """Projections and the shared embedding by `config.init_scheme`; LayerNorm to identity; biases to zero.
 
-        Why "normal" is the default: with N(0, 0.02) every residual branch starts at 0.15-0.3 times the size of
-        its input (base), so each post-norm layer LayerNorm(x + Sublayer(x)) starts close to the identity and
-        the encoder's outputs at different positions stay distinct. "xavier" starts every branch at 0.6-1.0
-        times its input; each layer then mixes the sentence average into every position, and after 6 layers
-        the encoder's outputs are nearly the same vector everywhere (cosine 0.96), which training at the
-        learning rates of small-corpus recipes turns into collapse. Measurements: benchmarks/RESULTS.md.
+        "normal" (N(0, 0.02)) is the default: each post-norm layer then starts close to the identity. "xavier"
+        starts every residual branch at 0.6-1.0 times its input, and after 6 layers the encoder's outputs are
+        nearly one vector everywhere (cosine 0.96), which small-corpus learning rates turn into collapse
+        (benchmarks/RESULTS.md, "Initialisation").
         """
         xavier = self.config.init_scheme == "xavier"
         if isinstance(module, VaswaniTransformerSinusoidalPositionalEncoding):
@@ -355,41 +347,6 @@ class VaswaniTransformerPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             init.zeros_(module.bias)
 
-    def save_pretrained(self, save_directory: Any, *args: Any, **kwargs: Any) -> None:
-        """As transformers saves, with `AutoModel` (the encoder-decoder body) in the remote-code `auto_map` too,
-        so that every saved model of this family loads with both Auto classes and `trust_remote_code=True`, and
-        with the translation pipeline's code (`remote_code.ship_translation_pipeline`).
-
-        FSDP2 shards a model by giving it a subclass defined in torch; while saving, the model is its own class
-        again, so the folder gets this file and an `auto_map` naming it, not torch's FSDP code.
-        """
-        sharded_class = type(self)
-        self.__class__ = next(cls for cls in sharded_class.__mro__ if cls.__module__ == __name__)
-        try:
-            if self._auto_class is not None:
-                module = __name__.rpartition(".")[2]
-                auto_map = getattr(self.config, "auto_map", None) or {}
-                self.config.auto_map = {**auto_map, "AutoModel": f"{module}.VaswaniTransformerModel"}
-            super().save_pretrained(save_directory, *args, **kwargs)
-            if self._auto_class is not None and kwargs.get("is_main_process", args[0] if args else True):
-                ship_translation_pipeline(Path(save_directory), self.config.name_or_path)
-        finally:
-            self.__class__ = sharded_class
-
-    def _upload_modified_files(self, working_dir: Any, *args: Any, **kwargs: Any) -> Any:
-        """transformers' upload, after the pipeline's code joins the folder: `save_pretrained(push_to_hub=True)`
-        uploads from inside transformers' save, before `save_pretrained` above adds it."""
-        if self._auto_class is not None:
-            ship_translation_pipeline(Path(working_dir), self.config.name_or_path)
-        return super()._upload_modified_files(working_dir, *args, **kwargs)
-
-
-def _make_positions(config: VaswaniTransformerConfig) -> nn.Module:
-    """The §3.5 sinusoids, or Table 3 row (E)'s learned table."""
-    if config.position_embedding_type == "learned":
-        return VaswaniTransformerLearnedPositionalEmbedding(config.max_position_embeddings, config.d_model)
-    return VaswaniTransformerSinusoidalPositionalEncoding(config.d_model)
-
 
 # §3.4 Embeddings and Softmax: embeddings × sqrt(d_model) + positions, then dropout (§5.4)
 class VaswaniTransformerStack(VaswaniTransformerPreTrainedModel):
@@ -399,7 +356,11 @@ class VaswaniTransformerStack(VaswaniTransformerPreTrainedModel):
         super().__init__(config)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        self.embed_positions = _make_positions(config)
+        self.embed_positions = (  # the §3.5 sinusoids, or Table 3 row (E)'s learned table
+            VaswaniTransformerLearnedPositionalEmbedding(config.max_position_embeddings, config.d_model)
+            if config.position_embedding_type == "learned"
+            else VaswaniTransformerSinusoidalPositionalEncoding(config.d_model)
+        )
         self.layers = nn.ModuleList(layers)
         self.gradient_checkpointing = False
         self.post_init()
@@ -459,17 +420,6 @@ class VaswaniTransformerEncoder(VaswaniTransformerStack):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-# transformers 5.24 renamed the decoding cache `past_key_values` → `cache`: in forward arguments, output fields and
-# mask helpers (the old name warns, until 5.40). Outputs and helpers get the installed version's name.
-CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
-
-
-def _take_cache(past_key_values: Cache | None, kwargs: dict[str, Any]) -> Cache | None:
-    """The decoding cache, named `past_key_values` (transformers 5.17–5.23) or `cache` (its name from 5.24)."""
-    cache = kwargs.pop("cache", None)
-    return past_key_values if past_key_values is not None else cache
-
-
 class VaswaniTransformerDecoder(VaswaniTransformerStack):
     """The decoder stack: N identical layers with masked self-attention and encoder-decoder attention."""
 
@@ -497,7 +447,7 @@ class VaswaniTransformerDecoder(VaswaniTransformerStack):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        past_key_values = _take_cache(past_key_values, kwargs)
+        past_key_values = take_cache(past_key_values, kwargs)
         inputs_embeds = self._scaled_embeddings(input_ids, inputs_embeds)
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())  # self- and cross-attention
@@ -506,26 +456,16 @@ class VaswaniTransformerDecoder(VaswaniTransformerStack):
         position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_length
         hidden_states = self._add_positions(inputs_embeds, position_ids)
 
-        self_attention_cache = (
-            past_key_values.self_attention_cache
-            if isinstance(past_key_values, EncoderDecoderCache)
-            else past_key_values
-        )
         causal_mask = create_causal_mask(
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            **{CACHE_NAME: self_attention_cache},
+            **{CACHE_NAME: self_attention_cache(past_key_values)},
             position_ids=position_ids.unsqueeze(0),
         )
-        queries = inputs_embeds
-        if queries.shape[0] != encoder_hidden_states.shape[0]:
-            # One row per source: the query rows of beams sharing a source are its extra query positions. (Only
-            # then: reshaping equal batches too would tie an exported graph's batch size to its example's.)
-            queries = queries.reshape(len(encoder_hidden_states), -1, queries.shape[-1])
         cross_mask = create_bidirectional_mask(
             config=self.config,
-            inputs_embeds=queries,
+            inputs_embeds=rows_per_source(inputs_embeds, encoder_hidden_states.shape[0]),
             attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
         )
@@ -588,7 +528,7 @@ class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
-        past_key_values = _take_cache(past_key_values, kwargs)
+        past_key_values = take_cache(past_key_values, kwargs)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
@@ -618,9 +558,10 @@ class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
 
 
 class VaswaniTransformerForConditionalGeneration(
-    VaswaniTransformerPreTrainedModel, VaswaniTransformerGenerationMixin
+    VaswaniTransformerPreTrainedModel, VaswaniTransformerLossMixin, VaswaniTransformerGenerationMixin
 ):
-    """The translation model: decoder output → tied linear → softmax (§3.4), with the §5.4 training loss."""
+    """The translation model: decoder output → tied linear → softmax (§3.4), with the §5.4 training loss
+    (`VaswaniTransformerLossMixin`) and the §6.1 decoding (`VaswaniTransformerGenerationMixin`)."""
 
     _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}
     _keys_to_ignore_on_save = {"model.decoder.embed_tokens.weight"}  # as VaswaniTransformerModel's
@@ -638,32 +579,6 @@ class VaswaniTransformerForConditionalGeneration(
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    def label_smoothed_loss(
-        self,
-        logits: torch.Tensor,
-        labels: torch.Tensor,
-        num_items_in_batch: int | torch.Tensor | None = None,
-        label_smoothing: float | None = None,
-    ) -> torch.Tensor:
-        """§5.4 label smoothing (ε_ls = config.label_smoothing unless given; 0: the plain negative
-        log-likelihood) per target token (`loss_vaswani_transformer.per_token`)."""
-        smoothing = self.config.label_smoothing if label_smoothing is None else label_smoothing
-        return label_smoothed_loss(logits, labels, smoothing, num_items_in_batch)
-
-    def _fuses_loss(self) -> bool:
-        """Whether a forward with labels takes the fused loss: training with gradients, a plain lm_head.
-
-        Not while torch.compile traces (the compiler fuses the logits path itself), nor when lm_head was wrapped
-        (e.g. by an adapter), whose own forward the fused loss would bypass.
-        """
-        return (
-            self.config.fused_loss
-            and self.training
-            and torch.is_grad_enabled()
-            and type(self.lm_head) is nn.Linear
-            and not torch.compiler.is_compiling()
-        )
-
     @can_return_tuple
     def forward(
         self,
@@ -680,7 +595,7 @@ class VaswaniTransformerForConditionalGeneration(
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
-        past_key_values = _take_cache(past_key_values, kwargs)
+        past_key_values = take_cache(past_key_values, kwargs)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -698,14 +613,8 @@ class VaswaniTransformerForConditionalGeneration(
             **kwargs,
         )
         logits, loss = None, None
-        if labels is not None and self._fuses_loss():
-            loss = fused_label_smoothed_loss(
-                outputs.last_hidden_state,
-                self.lm_head.weight,
-                labels,
-                self.config.label_smoothing,
-                num_items_in_batch,
-            )
+        if labels is not None and self.fuses_loss():
+            loss = self.fused_loss(outputs.last_hidden_state, labels, num_items_in_batch)  # no logits held
         else:
             logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab)
             if labels is not None:

@@ -2,9 +2,9 @@
 
 transformers 5 has no `translation` pipeline, so `pipeline("vaswani-translation", model=folder,
 trust_remote_code=True)` needs the pipeline's code (translate.py and what it imports) in the folder and declared in
-its config.json. `save_pretrained` (and so `Trainer.save_model`, `Trainer.push_to_hub`, checkpoints) calls
-`ship_translation_pipeline`, as `vaswani-push` does; a model loaded as remote code takes the code from where it
-was loaded. Shipped beside the model file as remote code itself: it imports only the standard library and
+its config.json. The model's `save_pretrained` (`RemoteCodeSavingMixin`; and so `Trainer.save_model`,
+`Trainer.push_to_hub`, checkpoints) calls `ship_translation_pipeline`, as `vaswani-push` does; a model loaded as
+remote code takes the code from where it was loaded. Shipped beside the model file as remote code itself: it imports only the standard library and
 transformers, and never translate.py (a model must load without it).
 """
 
@@ -12,6 +12,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from transformers.dynamic_module_utils import get_relative_imports
 from transformers.utils import cached_file
@@ -80,3 +81,40 @@ def ship_translation_pipeline(folder: Path, loaded_from: str | None = None) -> N
     else:
         config.pop("custom_pipelines", None)
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+class RemoteCodeSavingMixin:
+    """`save_pretrained` and the Hub upload of a remote-code model, with the pipeline's code in the folder."""
+
+    def _model_class(self) -> type:
+        """The model's own class: the first in its MRO from the model file (the one that lists this mixin).
+
+        FSDP2 shards a model by giving it a subclass defined in torch; saved as that, the folder would get an
+        `auto_map` naming torch's FSDP code instead of the model file."""
+        mro = type(self).__mro__
+        model_file = next(cls for cls in mro if RemoteCodeSavingMixin in cls.__bases__).__module__
+        return next(cls for cls in mro if cls.__module__ == model_file)
+
+    def save_pretrained(self, save_directory: Any, *args: Any, **kwargs: Any) -> None:
+        """As transformers saves, with `AutoModel` (the encoder-decoder body) in the remote-code `auto_map` too,
+        so that every saved model of this family loads with both Auto classes and `trust_remote_code=True`, and
+        with the translation pipeline's code (`ship_translation_pipeline`)."""
+        sharded_class = type(self)
+        self.__class__ = self._model_class()
+        try:
+            if self._auto_class is not None:
+                module = type(self).__module__.rpartition(".")[2]
+                auto_map = getattr(self.config, "auto_map", None) or {}
+                self.config.auto_map = {**auto_map, "AutoModel": f"{module}.VaswaniTransformerModel"}
+            super().save_pretrained(save_directory, *args, **kwargs)
+            if self._auto_class is not None and kwargs.get("is_main_process", args[0] if args else True):
+                ship_translation_pipeline(Path(save_directory), self.config.name_or_path)
+        finally:
+            self.__class__ = sharded_class
+
+    def _upload_modified_files(self, working_dir: Any, *args: Any, **kwargs: Any) -> Any:
+        """transformers' upload, after the pipeline's code joins the folder: `save_pretrained(push_to_hub=True)`
+        uploads from inside transformers' save, before `save_pretrained` above adds it."""
+        if self._auto_class is not None:
+            ship_translation_pipeline(Path(working_dir), self.config.name_or_path)
+        return super()._upload_modified_files(working_dir, *args, **kwargs)
