@@ -370,6 +370,10 @@ def trained_model_run(args: argparse.Namespace) -> None:
         runs: dict[str, Callable[[], list[str]]] = {
             name: partial(engine.translate, lines, batch_size=args.batch) for name, engine in engines.items()
         }
+        if "ours default" in engines:  # the default decodes two batches at once on a multi-core CPU
+            runs["ours default, 1 worker"] = partial(
+                engines["ours default"].translate, lines, batch_size=args.batch, workers=1
+            )
         marians = {
             name: d for name, d in decoders(ours.model, precision).items() if name.startswith("marian")
         }
@@ -397,10 +401,9 @@ def trained_model_run(args: argparse.Namespace) -> None:
             )
             line += f"  sacreBLEU {bleu['sacrebleu']['score']:6.2f}  tokenised {bleu['tokenized_bleu']['score']:6.2f}"
         same = sum(a == b for a, b in zip(texts[name], texts["ours float32"], strict=True))
+        engine = engines.get(name.removesuffix(", 1 worker"))
         precision_used = (
-            engines[name].decoding_settings()["dtype"]
-            if name in engines
-            else dtype_name(marians[name].precision)
+            engine.decoding_settings()["dtype"] if engine else dtype_name(marians[name].precision)
         )
         print(f"{line}  same as ours float32 {same}/{len(lines)}  ({precision_used})")
     print(ratios_line(seconds))

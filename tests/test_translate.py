@@ -5,16 +5,18 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import pipeline
 
+from tests.conftest import save_random_model
 from vaswani_transformer import precision
 from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.evaluation import decoding_settings, load_for_decoding
-from vaswani_transformer.translate import DecodingBudgetError, translate
+from vaswani_transformer.translate import DecodingBudgetError, decoding_workers, translate
 
 SENTENCES = ["I love you.", "Where is the train station?", "Tom is reading a book in the garden."]
 
@@ -172,8 +174,91 @@ def test_sources_longer_than_the_position_table_are_cut_with_a_warning(loaded, m
     assert len(tokenizer(long_sentence)["input_ids"]) > 6
     with caplog.at_level("WARNING"):
         translations = translate([long_sentence, "No."], model, tokenizer, num_beams=1, batch_size=1)
-    assert lengths[0] == 6 and all(translations)
+    assert max(lengths) == 6 and all(translations)  # the two batches may decode in either order
     assert "1 source sentence(s) longer than 6 tokens were cut to 6." in caplog.text
+
+
+MANY = [
+    "I love you.",
+    "Where is the train station?",
+    "Tom is reading a book in the garden.",
+    "It is raining.",
+    "We have two dogs and a cat.",
+    "Mary wants to learn German.",
+    "The children are playing outside.",
+    "Can you help me?",
+    "He bought a new car yesterday.",
+]
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def random_weights(trained_run, tmp_path_factory):
+    """Random weights on the miniature's architecture: distinct translations (conftest)."""
+    folder = save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("random") / "model")
+    return load_for_decoding(folder, device="cpu")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, None])
+def test_two_batches_at_once_give_the_translations_of_one_at_a_time(
+    random_weights, two_threads, dtype
+) -> None:
+    """Issue 21: on a CPU with two threads translate() decodes two batches at once by default, each in its own
+    thread on one of torch's threads, and gives the translations of one batch at a time in input order (float32
+    and the default precision); torch's thread count is as it was afterwards."""
+    model, tokenizer = random_weights
+    seen: list[tuple[str, int]] = []
+    hook = model.lm_head.register_forward_hook(
+        lambda *_: seen.append((threading.current_thread().name, torch.get_num_threads()))
+    )
+    try:
+        one_at_a_time = translate(MANY, model, tokenizer, batch_size=2, dtype=dtype, workers=1)
+        assert {name for name, _ in seen} == {threading.current_thread().name}
+        seen.clear()
+        assert translate(MANY, model, tokenizer, batch_size=2, dtype=dtype) == one_at_a_time
+    finally:
+        hook.remove()
+    workers = {name for name, _ in seen}
+    assert len(workers) == 2 and all(name.startswith("translate") for name in workers)
+    assert {threads for _, threads in seen} == {1}
+    assert torch.get_num_threads() == 2
+    assert len(set(one_at_a_time)) == len(MANY)  # distinct: the order is checked too
+
+
+def test_an_error_in_a_decoding_thread_reaches_the_caller(loaded, two_threads, monkeypatch) -> None:
+    """A batch that fails in a worker thread raises in translate() itself, and no batch starts after it."""
+    model, tokenizer = loaded
+    calls: list[int] = []
+
+    def failing_generate(**inputs):
+        calls.append(1)
+        raise RuntimeError("decoding failed")
+
+    monkeypatch.setattr(model, "generate", failing_generate)
+    with pytest.raises(RuntimeError, match="decoding failed"):
+        translate(MANY, model, tokenizer, batch_size=1)
+    assert 1 <= len(calls) < len(MANY)
+    assert torch.get_num_threads() == 2
+
+
+def test_how_many_batches_decode_at_once(two_threads) -> None:
+    cpu = torch.device("cpu")
+    assert decoding_workers(cpu, batches=5) == 2
+    assert decoding_workers(cpu, batches=1) == 1  # nothing to overlap
+    assert decoding_workers(torch.device("cuda"), batches=5) == 1  # one stream
+    assert decoding_workers(cpu, batches=5, workers=3) == 3
+    assert decoding_workers(cpu, batches=2, workers=3) == 2
+    torch.set_num_threads(1)
+    assert decoding_workers(cpu, batches=5) == 1
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        decoding_workers(cpu, batches=5, workers=0)
 
 
 def test_a_batch_that_cannot_fit_in_memory_is_refused_before_it_decodes(

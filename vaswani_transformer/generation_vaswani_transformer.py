@@ -173,7 +173,7 @@ def beam_search(
     model_outputs = model._prefill(
         input_ids, generation_config, model_kwargs, is_first_iteration=not generation_config.is_assistant
     )
-    this_peer_finished = False
+    this_peer_finished, log_probs = False, None
     while not this_peer_finished:
         if model_outputs is None:
             flat_running_sequences = model._flatten_beam_dim(running_sequences[:, :, :cur_len])
@@ -186,7 +186,10 @@ def beam_search(
         model_kwargs = model._update_model_kwargs_for_generation(
             model_outputs, model_kwargs, is_encoder_decoder=model.config.is_encoder_decoder
         )
-        log_probs = torch.log_softmax(model_outputs.logits[:, -1, :], dim=-1, dtype=torch.float32)
+        logits = model_outputs.logits[:, -1, :]  # (sentences · beams, vocabulary)
+        if log_probs is None:  # written in place each step: a new one each step costs the CPU page faults
+            log_probs = torch.empty(logits.shape, dtype=torch.float32, device=device)
+        torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=log_probs)
         model_outputs = None
         topk_log_probs, topk_beams, topk_ids = top_continuations(
             log_probs, running_beam_scores, beams_to_keep
