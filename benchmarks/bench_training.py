@@ -78,10 +78,10 @@ def training_flops(
 
 
 def paper_adam(model: torch.nn.Module) -> torch.optim.Optimizer:
-    """§5.3 Adam (fused kernels on a GPU, as the job's optimiser choice would be there)."""
-    fused = next(model.parameters()).is_cuda
+    """§5.3 Adam as the job runs it (`optim="adamw_torch_fused"`: fused kernels on a GPU and on a CPU, where the
+    unfused one took 12.7 ms of a 185 ms `small` step and the fused 3.9 ms), for both models alike."""
     return torch.optim.AdamW(
-        model.parameters(), lr=1e-4, betas=ADAM_BETAS, eps=ADAM_EPSILON, weight_decay=0.0, fused=fused
+        model.parameters(), lr=1e-4, betas=ADAM_BETAS, eps=ADAM_EPSILON, weight_decay=0.0, fused=True
     )
 
 
