@@ -1,5 +1,6 @@
 """Translating: translate(), the registered `vaswani-translation` pipeline and the `vaswani-translate` command."""
 
+import importlib
 import io
 import json
 import subprocess
@@ -18,6 +19,7 @@ from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.evaluation import decoding_settings, load_for_decoding
 from vaswani_transformer.translate import DecodingBudgetError, decoding_workers, translate
 
+translate_module = importlib.import_module("vaswani_transformer.translate")  # the package exports translate()
 SENTENCES = ["I love you.", "Where is the train station?", "Tom is reading a book in the garden."]
 
 
@@ -246,6 +248,27 @@ def test_an_error_in_a_decoding_thread_reaches_the_caller(loaded, two_threads, m
         translate(MANY, model, tokenizer, batch_size=1)
     assert 1 <= len(calls) < len(MANY)
     assert torch.get_num_threads() == 2
+
+
+def test_batches_decode_one_at_a_time_when_two_would_not_fit_in_memory(
+    random_weights, two_threads, monkeypatch
+) -> None:
+    """Where one batch fits in free memory but two at once would not, the default decodes one at a time; two
+    asked for explicitly are refused, naming them."""
+    model, tokenizer = random_weights
+    monkeypatch.setattr(translate_module, "decoding_bytes", lambda *args: 2**30)
+    monkeypatch.setattr(translate_module, "free_memory_bytes", lambda device: 3 * 2**29)  # 1.5 GiB
+    threads: set[str] = set()
+    hook = model.lm_head.register_forward_hook(lambda *_: threads.add(threading.current_thread().name))
+    try:
+        assert translate(MANY, model, tokenizer, batch_size=2) == translate(
+            MANY, model, tokenizer, batch_size=2, workers=1
+        )
+    finally:
+        hook.remove()
+    assert threads == {threading.current_thread().name}
+    with pytest.raises(DecodingBudgetError, match=r"decoding 2 batches at once, each of 2 sentence\(s\)"):
+        translate(MANY, model, tokenizer, batch_size=2, workers=2)
 
 
 def test_how_many_batches_decode_at_once(two_threads) -> None:

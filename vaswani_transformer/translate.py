@@ -9,7 +9,7 @@ code with precision.py: it imports only torch, tqdm, transformers and that file.
 """
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from typing import Any
@@ -123,6 +123,51 @@ def intra_op_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def workers_within_budget(
+    model: PreTrainedModel,
+    first_batch: list[list[int]],
+    generate_kwargs: dict[str, Any],
+    workers: int,
+    chosen: bool,
+) -> int:
+    """`workers`, or one where that many batches at once would not fit in memory and the count was not `chosen`;
+    refused (DecodingBudgetError) when not even one fits. The first batch holds the longest sources, so a budget
+    it breaks is found before any decoding."""
+    budget = (model, len(first_batch), max(len(ids) for ids in first_batch), generate_kwargs)
+    try:
+        check_decoding_budget(*budget, in_flight=workers)
+    except DecodingBudgetError:
+        if chosen or workers == 1:
+            raise
+        check_decoding_budget(*budget)
+        return 1
+    return workers
+
+
+def decoded_batches(
+    batches: list[list[int]], decode: Callable[[list[int]], list[str]], workers: int
+) -> Iterator[tuple[list[int], list[str]]]:
+    """Each batch with its translations as they finish: one at a time in this thread, or `workers` at once in
+    threads of their own, each on its share of torch's threads (an error in one stops the batches not started)."""
+    if workers == 1:
+        for batch in batches:
+            yield batch, decode(batch)
+        return
+    threads = max(1, torch.get_num_threads() // workers)
+
+    def decode_in_worker(batch: list[int]) -> list[str]:
+        with intra_op_threads(threads):
+            return decode(batch)
+
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="translate")
+    try:
+        futures = {pool.submit(decode_in_worker, batch): batch for batch in batches}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
 @torch.inference_mode()
 def translate(
     texts: Sequence[str],
@@ -143,55 +188,39 @@ def translate(
     bfloat16 faster, else the weights' dtype; `dtype=torch.float32` keeps float32 weights in float32.
     Sources longer than the model's position table are cut to it (`cap_source_lengths`, with a warning), and a
     batch that would not fit in memory is refused before it decodes (`check_decoding_budget`). `workers` batches
-    decode at once, each on its share of torch's threads (default `decoding_workers`: two on a multi-core CPU).
+    decode at once (`decoded_batches`; default `decoding_workers`: two on a multi-core CPU, one when two would not
+    fit in memory).
     """
     if not texts:
         return []
     encodings = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
     encodings = cap_source_lengths(encodings, model.config.max_position_embeddings)
     batches = length_sorted_batches([len(ids) for ids in encodings], batch_size)
-    workers = decoding_workers(model.device, len(batches), workers)
+    first_batch = [encodings[i] for i in batches[0]]
+    count = decoding_workers(model.device, len(batches), workers)
+    count = workers_within_budget(model, first_batch, generate_kwargs, count, chosen=workers is not None)
     precision = decoding_precision(model.dtype, model.device, dtype)
-    threads = max(1, torch.get_num_threads() // workers)
 
     def decode(batch: list[int]) -> list[str]:
-        """One batch's translations; in its own thread when several decode at once (autocast, inference mode
-        and the thread count are per thread)."""
+        """One batch's translations (autocast and inference mode are per thread, so entered here)."""
         inputs = tokenizer.pad({"input_ids": [encodings[i] for i in batch]}, return_tensors="pt")
-        check_decoding_budget(model, len(batch), inputs["input_ids"].shape[1], generate_kwargs, workers)
+        check_decoding_budget(model, len(batch), inputs["input_ids"].shape[1], generate_kwargs, count)
         with torch.inference_mode(), autocast_to(precision, model.dtype, model.device):
             outputs = model.generate(**inputs.to(model.device), **generate_kwargs)
         return [text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]
 
-    def decode_in_worker(batch: list[int]) -> list[str]:
-        with intra_op_threads(threads):
-            return decode(batch)
-
-    # the first batch holds the longest sources: a budget it breaks is found before any decoding
-    longest = max(len(encodings[i]) for i in batches[0])
-    check_decoding_budget(model, len(batches[0]), longest, generate_kwargs, in_flight=workers)
     results: list[str] = [""] * len(texts)
     was_training = model.training
     model.eval()
-    progress = tqdm(total=len(batches), desc="translating", unit="batch", disable=not show_progress)
     try:
-        if workers == 1:
-            for batch in batches:
-                for index, text in zip(batch, decode(batch), strict=True):
+        with tqdm(
+            total=len(batches), desc="translating", unit="batch", disable=not show_progress
+        ) as progress:
+            for batch, translations in decoded_batches(batches, decode, count):
+                for index, text in zip(batch, translations, strict=True):
                     results[index] = text
                 progress.update()
-        else:
-            pool = ThreadPoolExecutor(workers, thread_name_prefix="translate")
-            try:
-                futures = {pool.submit(decode_in_worker, batch): batch for batch in batches}
-                for future in as_completed(futures):
-                    for index, text in zip(futures[future], future.result(), strict=True):
-                        results[index] = text
-                    progress.update()
-            finally:  # on an error (or Ctrl-C) the batches not yet started are dropped
-                pool.shutdown(cancel_futures=True)
     finally:
-        progress.close()
         model.train(was_training)
     return results
 
