@@ -24,13 +24,18 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from transformers import GenerationMixin
+from transformers import GenerationConfig, GenerationMixin
 from transformers import __version__ as transformers_version
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
 BLOCK = 64  # columns per block: one pass of block maxima, then a top-k over vocabulary / 64 blocks per beam
+LIMITS = ("max_length", "max_new_tokens")
+# transformers' default output length, which Seq2SeqTrainer writes into the model's generation config
+TRANSFORMERS_MAX_LENGTH = getattr(GenerationConfig, "_get_default_generation_params", lambda: {})().get(
+    "max_length", 20
+)
 
 # transformers 5.24 renamed the decoding cache `past_key_values` → `cache`: in forward arguments, output fields and
 # mask helpers (the old name warns, until 5.40). Outputs and helpers get the installed version's name.
@@ -329,17 +334,29 @@ class VaswaniTransformerGenerationMixin(GenerationMixin):
     def generate(
         self, inputs: torch.Tensor | None = None, generation_config: Any = None, **kwargs: Any
     ) -> Any:
-        """`GenerationMixin.generate`, defaulting the output limit to the longest source + `max_length_offset`."""
-        limits = ("max_length", "max_new_tokens")
-        configs = [c for c in (generation_config, self.generation_config) if c is not None]
-        has_limit = any(kwargs.get(k) is not None for k in limits) or any(
-            getattr(c, k, None) is not None for c in configs for k in limits
-        )
+        """`GenerationMixin.generate`, defaulting the output limit to the longest source + `max_length_offset`.
+
+        transformers' own default `max_length` (20) in the model's generation config is not a limit here:
+        Seq2SeqTrainer writes it there after its first generated batch, which capped every later batch at 20
+        tokens and warned that `max_new_tokens` and `max_length` were both set. A `max_new_tokens` of the call
+        takes precedence over the model's `max_length` (as in transformers), without that warning.
+        """
+        model_limits = {name: getattr(self.generation_config, name, None) for name in LIMITS}
+        if model_limits["max_length"] == TRANSFORMERS_MAX_LENGTH:
+            model_limits["max_length"] = None
+        call_limits = [kwargs.get(name) for name in LIMITS] + [
+            getattr(generation_config, name, None) for name in LIMITS
+        ]
         source = inputs if inputs is not None else kwargs.get("input_ids")
-        if not has_limit and source is not None:
+        if (
+            not any(limit is not None for limit in [*call_limits, *model_limits.values()])
+            and source is not None
+        ):
             mask = kwargs.get("attention_mask")
             source_length = int(mask.sum(-1).max()) if mask is not None else source.shape[-1]
             kwargs["max_new_tokens"] = source_length + self.config.max_length_offset
+        if kwargs.get("max_new_tokens") is not None and "max_length" not in kwargs:
+            kwargs["max_length"] = None  # the model's max_length yields to the call's max_new_tokens
         return super().generate(inputs, generation_config, **kwargs)
 
     # transformers copies the encoder output and the source mask for every beam (and every returned sequence).
