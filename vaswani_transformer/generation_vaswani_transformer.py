@@ -341,17 +341,16 @@ class VaswaniTransformerGenerationMixin(GenerationMixin):
         tokens and warned that `max_new_tokens` and `max_length` were both set. A `max_new_tokens` of the call
         takes precedence over the model's `max_length` (as in transformers), without that warning.
         """
-        model_limits = {name: getattr(self.generation_config, name, None) for name in LIMITS}
-        if model_limits["max_length"] == TRANSFORMERS_MAX_LENGTH:
-            model_limits["max_length"] = None
-        call_limits = [kwargs.get(name) for name in LIMITS] + [
+        model_max_length = self.generation_config.max_length
+        limits = [kwargs.get(name) for name in LIMITS] + [
             getattr(generation_config, name, None) for name in LIMITS
         ]
+        limits += [
+            self.generation_config.max_new_tokens,
+            None if model_max_length == TRANSFORMERS_MAX_LENGTH else model_max_length,
+        ]
         source = inputs if inputs is not None else kwargs.get("input_ids")
-        if (
-            not any(limit is not None for limit in [*call_limits, *model_limits.values()])
-            and source is not None
-        ):
+        if all(limit is None for limit in limits) and source is not None:
             mask = kwargs.get("attention_mask")
             source_length = int(mask.sum(-1).max()) if mask is not None else source.shape[-1]
             kwargs["max_new_tokens"] = source_length + self.config.max_length_offset
