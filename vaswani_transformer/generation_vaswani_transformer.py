@@ -56,19 +56,15 @@ def self_attention_cache(cache: Cache | None) -> Cache | None:
 # Beams share their sentence's source (`_expand_inputs_for_generation` below): the encoder output, source mask and
 # cross-attention keys/values stay at one row per sentence, and the `group` consecutive beam rows of a sentence are
 # its extra query positions.
-def queries_per_source(query: torch.Tensor, sources: int) -> tuple[torch.Tensor, int]:
+def queries_per_source(query: torch.Tensor, sources: int) -> torch.Tensor:
     """(batch, heads, tgt_len, d) queries as (sources, heads, group · tgt_len, d), with group = batch / sources."""
-    group = query.shape[0] // sources
-    if group > 1:
-        query = query.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)
-    return query, group
+    return query.unflatten(0, (sources, -1)).transpose(1, 2).flatten(2, 3)
 
 
-def weights_per_beam(weights: torch.Tensor | None, group: int) -> torch.Tensor | None:
-    """Attention weights of `queries_per_source` queries back to (batch, heads, tgt_len, src_len), one row per beam."""
-    if group > 1 and weights is not None:
-        weights = weights.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
-    return weights
+def rows_per_beam(grouped: torch.Tensor, tgt_len: int) -> torch.Tensor:
+    """(sources, heads, group · tgt_len, d) back to (batch, heads, tgt_len, d), one row per beam: the inverse of
+    `queries_per_source`, for attention outputs and weights."""
+    return grouped.unflatten(2, (-1, tgt_len)).transpose(1, 2).flatten(0, 1)
 
 
 def rows_per_source(states: torch.Tensor, sources: int) -> torch.Tensor:

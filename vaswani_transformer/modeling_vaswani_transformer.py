@@ -35,10 +35,10 @@ from .generation_vaswani_transformer import (
     CACHE_NAME,
     VaswaniTransformerGenerationMixin,
     queries_per_source,
+    rows_per_beam,
     rows_per_source,
     self_attention_cache,
     take_cache,
-    weights_per_beam,
 )
 from .loss_vaswani_transformer import VaswaniTransformerLossMixin
 from .remote_code import RemoteCodeSavingMixin
@@ -197,7 +197,9 @@ class VaswaniTransformerAttention(nn.Module):
             key_value_states if is_cross_attention else hidden_states, past_key_values, is_cross_attention
         )
         # Beams share their sentence's keys/values: its beams' queries as extra query positions of one row
-        query, group = queries_per_source(query, keys.shape[0])  # (sources, heads, group · tgt_len, d_k)
+        grouped = query.shape[0] != keys.shape[0]
+        if grouped:
+            query = queries_per_source(query, keys.shape[0])  # (sources, heads, group · tgt_len, d_k)
         output, weights = self._attention_function(query)(
             self,
             query,
@@ -211,7 +213,9 @@ class VaswaniTransformerAttention(nn.Module):
         output = output.reshape(
             *hidden_states.shape[:-1], -1
         )  # (batch, tgt_len, heads · d_v): Concat(head_i)
-        return self.out_proj(output), weights_per_beam(weights, group)
+        if grouped and weights is not None:
+            weights = rows_per_beam(weights, hidden_states.shape[1])  # (batch, heads, tgt_len, src_len)
+        return self.out_proj(output), weights
 
 
 # §3.3 Position-wise Feed-Forward Networks

@@ -33,6 +33,7 @@ from transformers import PreTrainedModel
 
 from .evaluation import load_for_decoding
 from .export import cached_conversion, conversion_cache_dir, model_file_hashes, model_folder
+from .generation_vaswani_transformer import queries_per_source, rows_per_beam
 
 GRAPHS = ("encoder.onnx", "cross_attention.onnx", "decoder.onnx")
 OPSET = 18
@@ -119,10 +120,9 @@ class DecoderStepGraph(nn.Module):
         sources = cross[0].shape[0]
         query = _heads(attention.q_proj(hidden), self.heads)  # (rows, heads, new, d_k)
         # The beams of a sentence are its extra query positions: (sources, heads, beams · new, d_k)
-        grouped = query.unflatten(0, (sources, -1)).transpose(1, 2).flatten(2, 3)
+        grouped = queries_per_source(query, sources)
         attended = self._attend(grouped, cross[0], cross[1], source_bias, attention.scaling)
-        # one row per beam again: (rows, heads, new, d_v)
-        attended = attended.unflatten(2, (-1, query.shape[2])).transpose(1, 2).flatten(0, 1)
+        attended = rows_per_beam(attended, query.shape[2])  # one row per beam again: (rows, heads, new, d_v)
         output = attention.out_proj(attended.transpose(1, 2).flatten(2))
         return layer._residual(hidden, output, layer.encoder_attn_layer_norm)
 
