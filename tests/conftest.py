@@ -3,6 +3,7 @@
 import base64
 import importlib
 import json
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,6 +71,18 @@ def tiny_model() -> VaswaniTransformerForConditionalGeneration:
     """A seeded tiny model in eval mode."""
     torch.manual_seed(0)
     return VaswaniTransformerForConditionalGeneration(tiny_config()).eval()
+
+
+@pytest.fixture
+def generation_warnings() -> Iterator[list[str]]:
+    """The messages transformers' generation code logs while the test runs (its logger does not propagate)."""
+    messages: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger = logging.getLogger("transformers.generation.utils")
+    logger.addHandler(handler)
+    yield messages
+    logger.removeHandler(handler)
 
 
 @pytest.fixture

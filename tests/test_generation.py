@@ -178,23 +178,13 @@ def test_plain_beam_search_syncs_the_host_only_where_transformers_search_does() 
         (12, {"max_new_tokens": 4}, 4),  # the call's max_new_tokens takes precedence
     ],
 )
-def test_the_output_limit_of_generate(model_max_length, call, new_tokens) -> None:
+def test_the_output_limit_of_generate(model_max_length, call, new_tokens, generation_warnings) -> None:
     """Issue 23, item 9: which limit generate() decodes to, with EOS suppressed so every output reaches it; no
     "both max_new_tokens and max_length set" warning where only the call set one."""
-    import logging
-
     torch.manual_seed(0)
     model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=100)).eval()
     model.generation_config.update(num_beams=1, suppress_tokens=[3], max_length=model_max_length)
-    warnings: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = warnings.append
-    generation_logger = logging.getLogger("transformers.generation.utils")
-    generation_logger.addHandler(handler)
-    try:
-        with torch.no_grad():
-            output = model.generate(**SOURCE_BATCH, **call)
-    finally:
-        generation_logger.removeHandler(handler)
+    with torch.no_grad():
+        output = model.generate(**SOURCE_BATCH, **call)
     assert output.shape[1] == 1 + new_tokens
-    assert not [record.getMessage() for record in warnings if "seem to have been set" in record.getMessage()]
+    assert not [message for message in generation_warnings if "seem to have been set" in message]

@@ -1,7 +1,6 @@
 """The model inside Seq2SeqTrainer: collator, training, generation at evaluation, gradient accumulation."""
 
 import json
-import logging
 import random
 from pathlib import Path
 
@@ -150,7 +149,9 @@ def test_trainer_saves_carry_the_translation_pipeline(letter_tokenizer, tmp_path
         assert {"translate.py", "precision.py"} <= {path.name for path in folder.glob("*.py")}
 
 
-def test_every_predicted_batch_gets_the_papers_output_limit(letter_tokenizer, tmp_path: Path) -> None:
+def test_every_predicted_batch_gets_the_papers_output_limit(
+    letter_tokenizer, tmp_path: Path, generation_warnings
+) -> None:
     """Issue 23, item 9: Seq2SeqTrainer writes transformers' default max_length (20) into the model's generation
     config after its first generated batch, which capped every later batch at 20 tokens (instead of §6.1's
     longest source + 50) and made `max_new_tokens` warn that both were set. Now every batch gets the paper's
@@ -161,18 +162,10 @@ def test_every_predicted_batch_gets_the_papers_output_limit(letter_tokenizer, tm
     model.generation_config.update(num_beams=1, suppress_tokens=[model.config.eos_token_id])
     test = reversal_dataset(letter_tokenizer, 8, seed=1)
     trainer = trainer_for(model, letter_tokenizer, test, tmp_path, per_device_eval_batch_size=4)
-    warnings: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = warnings.append
-    generation_logger = logging.getLogger("transformers.generation.utils")
-    generation_logger.addHandler(handler)
-    try:
-        predictions = trainer.predict(test).predictions
-        assert model.generation_config.max_length == 20  # what the Trainer wrote after the first batch
-        generated = (predictions[:, 1:] > 0).sum(-1)  # tokens after <s> (pad 0, the Trainer's padding -100)
-        assert generated.min() > 50 and predictions.shape[1] > 21  # batch 2 too, past 20
-        short = trainer.predict(test, max_new_tokens=5).predictions
-        assert ((short[:, 1:] > 0).sum(-1) == 5).all()
-    finally:
-        generation_logger.removeHandler(handler)
-    assert not [record.getMessage() for record in warnings if "seem to have been set" in record.getMessage()]
+    predictions = trainer.predict(test).predictions
+    assert model.generation_config.max_length == 20  # what the Trainer wrote after the first batch
+    generated = (predictions[:, 1:] > 0).sum(-1)  # tokens after <s> (pad 0, the Trainer's padding -100)
+    assert generated.min() > 50 and predictions.shape[1] > 21  # batch 2 too, past 20
+    short = trainer.predict(test, max_new_tokens=5).predictions
+    assert ((short[:, 1:] > 0).sum(-1) == 5).all()
+    assert not [message for message in generation_warnings if "seem to have been set" in message]
