@@ -14,7 +14,8 @@ too; only ties between equal scores may be broken otherwise.
 Used when a request is plain (no sampling, no logits processors, no dict output, one process); anything else goes
 to transformers' `_beam_search`. `VaswaniTransformerGenerationMixin` is the translation model's decoding: the §6.1
 output limit, the GNMT length penalty (through two hooks of transformers' search, checked at import), one
-cross-attention cache row per sentence, and the choice between the two searches. Shipped beside the model file as
+cross-attention cache row per sentence, and the choice between the two searches; the attention's keys and values
+pass through the decoding cache here too (`cached_keys_values`). Shipped beside the model file as
 remote code: it imports only torch and transformers.
 """
 
@@ -26,7 +27,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, GenerationMixin
 from transformers import __version__ as transformers_version
-from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
@@ -48,9 +49,38 @@ def take_cache(past_key_values: Cache | None, kwargs: dict[str, Any]) -> Cache |
     return past_key_values if past_key_values is not None else cache
 
 
+def decoder_cache(past_key_values: Cache | None, use_cache: bool | None) -> Cache | None:
+    """The decoder's cache: the one given, or a new one for self- and cross-attention when `use_cache` asks."""
+    if use_cache and past_key_values is None:
+        return EncoderDecoderCache(DynamicCache(), DynamicCache())
+    return past_key_values
+
+
 def self_attention_cache(cache: Cache | None) -> Cache | None:
     """The decoder self-attention's cache: a cache's own, or all of it when it holds no cross-attention part."""
     return cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+
+
+def cached_keys_values(
+    attention: torch.nn.Module,
+    key_value_states: torch.Tensor,
+    past_key_values: Cache | None,
+    is_cross_attention: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """An attention module's K and V for this step through the decoding cache: self-attention appends this step's
+    to the cache's; cross-attention's are computed at the first step of a generation and then reused."""
+    cache = past_key_values
+    if isinstance(past_key_values, EncoderDecoderCache):
+        if is_cross_attention and past_key_values.is_updated.get(attention.layer_idx):
+            layer = past_key_values.cross_attention_cache.layers[attention.layer_idx]
+            return layer.keys, layer.values
+        cache = past_key_values.cross_attention_cache if is_cross_attention else self_attention_cache(cache)
+    keys, values = attention.project_keys_values(key_value_states)
+    if cache is not None:
+        keys, values = cache.update(keys, values, attention.layer_idx)
+        if is_cross_attention:
+            past_key_values.is_updated[attention.layer_idx] = True
+    return keys, values
 
 
 # Beams share their sentence's source (`_expand_inputs_for_generation` below): the encoder output, source mask and

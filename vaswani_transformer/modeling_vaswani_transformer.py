@@ -2,8 +2,8 @@
 
 §3.5 positions → §3.2 attention → §3.3 feed-forward → §3.1 post-norm encoder/decoder layers → stacks with
 §3.4 scaled, tied embeddings → encoder-decoder model → model with the tied softmax. Its §5.4 label-smoothed loss
-lives in loss_vaswani_transformer.py, its §6.1 decoding (beam search, GNMT length penalty, output limit) in
-generation_vaswani_transformer.py.
+lives in loss_vaswani_transformer.py, its §6.1 decoding (key/value cache, beam search, GNMT length penalty,
+output limit) in generation_vaswani_transformer.py.
 """
 
 import math
@@ -15,7 +15,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -34,6 +34,8 @@ from .configuration_vaswani_transformer import VaswaniTransformerConfig
 from .generation_vaswani_transformer import (
     CACHE_NAME,
     VaswaniTransformerGenerationMixin,
+    cached_keys_values,
+    decoder_cache,
     queries_per_source,
     rows_per_beam,
     rows_per_source,
@@ -80,12 +82,9 @@ class VaswaniTransformerLearnedPositionalEmbedding(nn.Embedding):
 
 # §5.4 Residual Dropout (also the optional attention and activation dropout)
 def apply_dropout(hidden_states: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """`nn.functional.dropout`: zero each entry with probability p, scale the rest by 1 / (1 − p).
-
-    On a CPU the keep-mask is drawn with `torch.rand`, twice as fast there as the `bernoulli_` draw of
-    nn.functional.dropout, which took 17% of a `tiny` training step (benchmarks/RESULTS.md); the same mask
-    distribution, from the same random state. Elsewhere nn.functional.dropout (one fused kernel on a GPU).
-    """
+    """`nn.functional.dropout`: zero each entry with probability p, scale the rest by 1 / (1 − p). On a CPU the
+    keep-mask comes from `torch.rand`, there twice as fast as dropout's `bernoulli_` draw (17% of a `tiny` training
+    step; benchmarks/RESULTS.md): the same distribution. Elsewhere dropout's one fused kernel."""
     if not training or not 0.0 < p < 1.0 or hidden_states.device.type != "cpu":
         return nn.functional.dropout(hidden_states, p=p, training=training)
     keep = torch.rand(hidden_states.shape, device=hidden_states.device) >= p
@@ -149,35 +148,15 @@ class VaswaniTransformerAttention(nn.Module):
     def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
         return states.unflatten(-1, (self.num_heads, head_dim)).transpose(1, 2)  # (batch, heads, len, dim)
 
-    def _project_keys_values(
-        self,
-        key_value_states: torch.Tensor,
-        past_key_values: Cache | None,
-        is_cross_attention: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V for this step; cross-attention K/V are computed once per generation and then reused."""
-        cache = past_key_values
-        if isinstance(past_key_values, EncoderDecoderCache):
-            if is_cross_attention and past_key_values.is_updated.get(self.layer_idx):
-                layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
-                return layer.keys, layer.values
-            cache = (
-                past_key_values.cross_attention_cache if is_cross_attention else self_attention_cache(cache)
-            )
-        keys = self._split_heads(self.k_proj(key_value_states), self.d_k)
-        values = self._split_heads(self.v_proj(key_value_states), self.d_v)
-        if cache is not None:
-            keys, values = cache.update(keys, values, self.layer_idx)
-            if is_cross_attention:
-                past_key_values.is_updated[self.layer_idx] = True
+    def project_keys_values(self, key_value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K = X W^K and V = X W^V, split into heads."""
+        keys = self._split_heads(self.k_proj(key_value_states), self.d_k)  # (batch, heads, src_len, d_k)
+        values = self._split_heads(self.v_proj(key_value_states), self.d_v)  # (batch, heads, src_len, d_v)
         return keys, values
 
     def _attention_function(self, query: torch.Tensor) -> Callable:
-        """The configured kernel (transformers' attention interface), except sdpa in bfloat16 on a CPU.
-
-        There torch's sdpa kernels are slower than the two matrix products of the eager path (training 3-6x,
-        decoding 2-4x; benchmarks/RESULTS.md, "Using the whole CPU"), so the eager path computes the same function.
-        """
+        """The configured kernel (transformers' attention interface), except sdpa in bfloat16 on a CPU: there the
+        eager path's two matrix products are faster (benchmarks/RESULTS.md, "Using the whole CPU")."""
         implementation = self.config._attn_implementation
         if implementation == "sdpa" and query.device.type == "cpu" and query.dtype == torch.bfloat16:
             return eager_attention_forward
@@ -193,26 +172,20 @@ class VaswaniTransformerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
         query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (batch, heads, tgt_len, d_k)
-        keys, values = self._project_keys_values(
-            key_value_states if is_cross_attention else hidden_states, past_key_values, is_cross_attention
-        )
+        # through the decoding cache: self-attention appends this step's K/V, cross-attention computes them once
+        kv_states = key_value_states if is_cross_attention else hidden_states
+        keys, values = cached_keys_values(self, kv_states, past_key_values, is_cross_attention)
         # Beams share their sentence's keys/values: its beams' queries as extra query positions of one row
         grouped = query.shape[0] != keys.shape[0]
         if grouped:
             query = queries_per_source(query, keys.shape[0])  # (sources, heads, group · tgt_len, d_k)
-        output, weights = self._attention_function(query)(
-            self,
-            query,
-            keys,
-            values,
-            attention_mask,
-            dropout=self.dropout if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
+        dropout = self.dropout if self.training else 0.0
+        attention = self._attention_function(query)
+        output, weights = attention(
+            self, query, keys, values, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs
         )
-        output = output.reshape(
-            *hidden_states.shape[:-1], -1
-        )  # (batch, tgt_len, heads · d_v): Concat(head_i)
+        # Concat(head_1, …, head_h): (batch, tgt_len, heads · d_v)
+        output = output.reshape(*hidden_states.shape[:-1], -1)
         if grouped and weights is not None:
             weights = rows_per_beam(weights, hidden_states.shape[1])  # (batch, heads, tgt_len, src_len)
         return self.out_proj(output), weights
@@ -325,12 +298,8 @@ class VaswaniTransformerPreTrainedModel(RemoteCodeSavingMixin, PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         """Projections and the shared embedding by `config.init_scheme`; LayerNorm to identity; biases to zero.
-
-        "normal" (N(0, 0.02)) is the default: each post-norm layer then starts close to the identity. "xavier"
-        starts every residual branch at 0.6-1.0 times its input, and after 6 layers the encoder's outputs are
-        nearly one vector everywhere (cosine 0.96), which small-corpus learning rates turn into collapse
-        (benchmarks/RESULTS.md, "Initialisation").
-        """
+        "normal" (N(0, 0.02), the default) starts each post-norm layer near the identity; "xavier" makes 6 encoder
+        layers' outputs nearly one vector (cosine 0.96), which small corpora turn into collapse (RESULTS.md)."""
         xavier = self.config.init_scheme == "xavier"
         if isinstance(module, VaswaniTransformerSinusoidalPositionalEncoding):
             init.copy_(module.inv_freq, module.compute_inv_freq(module.d_model))
@@ -451,10 +420,8 @@ class VaswaniTransformerDecoder(VaswaniTransformerStack):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        past_key_values = take_cache(past_key_values, kwargs)
+        past_key_values = decoder_cache(take_cache(past_key_values, kwargs), use_cache)
         inputs_embeds = self._scaled_embeddings(input_ids, inputs_embeds)
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())  # self- and cross-attention
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         # arange of a fixed length, then shifted: the static cache's length is data-dependent under torch.compile
         position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_length
@@ -505,10 +472,9 @@ class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
         super().__init__(config)
         self.encoder = VaswaniTransformerEncoder(config)
         self.decoder = VaswaniTransformerDecoder(config)
-        # The decoder embeds with the encoder's module itself, not a copy tied by weight: sharding (FSDP) then
-        # sees one module holding the table, never one parameter in two places. It is saved once, under the
-        # encoder's name, and is no `_tied_weights_keys` entry: one would mark the table loaded before it is, and
-        # a checkpoint without it would leave it on the meta device.
+        # The decoder embeds with the encoder's module itself, not a copy tied by weight, so FSDP sees one module
+        # holding the table. Saved once, under the encoder's name; no `_tied_weights_keys` entry, which would mark
+        # it loaded before it is (a checkpoint without it would leave it on the meta device).
         self.decoder.embed_tokens = self.encoder.embed_tokens
         self.post_init()
 
@@ -626,17 +592,9 @@ class VaswaniTransformerForConditionalGeneration(
                 # negative log-likelihood per token, so eval_loss gives the perplexity (exp) of Table 3
                 smoothing = None if self.training else 0.0
                 loss = self.label_smoothed_loss(logits, labels, num_items_in_batch, smoothing)
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+        # the model's outputs (cache, hidden states, attentions) pass through under the same names
+        passed_on = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
+        return Seq2SeqLMOutput(loss=loss, logits=logits, **passed_on)
 
 
 __all__ = [
