@@ -6,6 +6,7 @@ from collections import Counter
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration, generation_vaswani_transformer
@@ -90,6 +91,43 @@ def test_plain_beam_search_decodes_what_transformers_decodes(
     if num_return_sequences == 2:  # beams ended at EOS and at the limit: both ways of finishing were taken
         finished = (ours[:, 1:] == model.config.eos_token_id).any(-1)
         assert finished.any() and not finished.all()
+
+
+def decoder_rows(model: VaswaniTransformerForConditionalGeneration) -> list[int]:
+    """The rows (sentences × beams) of every decoder call the model makes from now on."""
+    rows: list[int] = []
+    model.model.decoder.register_forward_pre_hook(
+        lambda module, args, kwargs: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    return rows
+
+
+class EveryStep(StoppingCriteria):
+    """A criterion of the caller's that never stops a sequence (one the search does not know row by row)."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+
+@pytest.mark.parametrize("criteria", [None, EveryStep()])
+def test_sentences_whose_beams_are_final_leave_the_batch(monkeypatch: pytest.MonkeyPatch, criteria) -> None:
+    """Once a sentence's finished beams can no longer change, the decoder stops computing its rows; every
+    sentence's output is still transformers' search's. A stopping criterion of the caller's keeps the batch."""
+    model = eos_competing_model("sdpa")
+    settings = {"num_beams": 4, "max_new_tokens": 12, "early_stopping": True, "length_penalty": 1.3}
+    if criteria is not None:
+        settings["stopping_criteria"] = StoppingCriteriaList([criteria])
+    rows = decoder_rows(model)
+    ours = model.generate(**SOURCE_BATCH, **settings)
+    monkeypatch.setattr(generation_vaswani_transformer, "is_plain_request", lambda *args: False)
+    assert torch.equal(ours, model.generate(**SOURCE_BATCH, **settings))
+    assert len(rows) == 2 * 12  # each search ran to the limit: some sentence kept a beam open
+    ours_rows = rows[:12]
+    assert ours_rows[0] == 3 * 4
+    if criteria is None:
+        assert min(ours_rows) == 4  # two of the three sentences left the batch early
+    else:
+        assert set(ours_rows) == {3 * 4}
 
 
 def test_other_requests_go_to_transformers_search(monkeypatch: pytest.MonkeyPatch) -> None:

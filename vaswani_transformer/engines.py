@@ -29,7 +29,7 @@ from .export import CTranslate2Translator, cached_export
 from .onnx_export import ONNX_EXTRA, cached_onnx_export
 from .onnx_runtime import load_onnx_model
 from .quantization import INT8_EXTRA, quantize_int8
-from .translate import translate
+from .translate import BATCH_SIZE, translate
 
 ENGINES = ("torch", "onnxruntime", "ctranslate2")
 QUANTIZATIONS = ("none", "int8")
@@ -167,7 +167,12 @@ class TorchEngine:
         self.model, self.tokenizer, self.dtype = model, tokenizer, dtype
 
     def translate(
-        self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False, **overrides: Any
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = BATCH_SIZE,
+        show_progress: bool = False,
+        **overrides: Any,
     ) -> list[str]:
         """Translations of `texts` in input order; `overrides` are generate() keywords (num_beams=1 …)."""
         return translate(
@@ -209,7 +214,12 @@ class CTranslate2Engine:
         self.tokenizer = translator.tokenizer
 
     def translate(
-        self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False, **overrides: Any
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = BATCH_SIZE,
+        show_progress: bool = False,
+        **overrides: Any,
     ) -> list[str]:
         """Translations of `texts` in input order; `overrides` as for PyTorch (num_beams, length_penalty: |Y|^α)."""
         return self.translator.translate(

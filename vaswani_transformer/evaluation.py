@@ -24,6 +24,7 @@ from .monitoring import translation_shares
 from .precision import decoding_precision
 from .quantization import INT8_DESCRIPTION, int8_linear_layers
 from .tokenization import lowercases
+from .translate import BATCH_SIZE
 
 if TYPE_CHECKING:  # engines.py builds on this module
     from .engines import Engine
@@ -195,7 +196,7 @@ def translate_and_score(
     target_lang: str,
     references_tokenized: Sequence[str] | None = None,
     split_compounds: bool = False,
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
     show_progress: bool = False,
     **generate_overrides: Any,
 ) -> tuple[list[str], dict]:
@@ -299,7 +300,7 @@ def evaluate_model(
     name: str = "",
     overwrite: bool = False,
     show_progress: bool = False,
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
     references_tokenized: Sequence[str] | None = None,
     split_compounds: bool = False,
     **generate_overrides: Any,

@@ -79,7 +79,7 @@ from .training import (
     build_trainer,
     paper_training_arguments,
 )
-from .translate import translate
+from .translate import BATCH_SIZE, translate
 
 logger = logging.getLogger(__name__)
 
@@ -222,7 +222,7 @@ class TrainOptions:
         default=None,
         metadata=_help("GNMT α, kept in the final model's generation config (default: 0.6, §6.1)"),
     )
-    eval_batch_size: int = field(default=128, metadata=_help("sentences per decoding batch"))
+    eval_batch_size: int = field(default=BATCH_SIZE, metadata=_help("sentences per decoding batch"))
     split_compounds: bool = field(default=False, metadata=_help("WMT14 ##AT## compound splitting"))
     examples: list[str] = field(
         default_factory=lambda: ["I love you.", "Where is the train station?", "Tom is reading a book."],

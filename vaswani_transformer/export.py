@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .evaluation import check_model_name, load_for_decoding
-from .translate import length_sorted_batches
+from .translate import BATCH_SIZE, length_sorted_batches
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16")
 ACTIVATIONS = ("relu", "gelu")
@@ -358,7 +358,12 @@ class CTranslate2Translator:
         self.decoding = json.loads((folder / DECODING_FILE).read_text(encoding="utf-8"))
 
     def translate(
-        self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False, **overrides: Any
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = BATCH_SIZE,
+        show_progress: bool = False,
+        **overrides: Any,
     ) -> list[str]:
         """Translations of `texts` in input order; `overrides` are `translate_batch` options (beam_size=1 …).
 

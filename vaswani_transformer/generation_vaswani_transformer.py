@@ -160,6 +160,66 @@ def top_continuations(
     return scores, chosen_beams, tokens
 
 
+# Sentences leave the batch once their finished beams are final. transformers' search keeps decoding every
+# sentence until the last one ends (a third of the rows of a Multi30k batch of 64 are such idle sentences); a
+# sentence's finished beams can no longer change once its early-stop heuristic is satisfied (every later candidate
+# is scored -1e9) or, with early_stopping=True, once all its beams are finished. Dropping such sentences changes
+# no output; it needs a cache whose rows can be selected (not the static cache, whose addresses CUDA graphs keep).
+STATELESS_CRITERIA = ("MaxLengthCriteria", "EosTokenCriteria", "MaxTimeCriteria")
+
+
+def final_sentences(
+    is_early_stop_heuristic_unsatisfied: torch.Tensor, is_sent_finished: torch.Tensor, early_stopping: Any
+) -> torch.Tensor:
+    """(sentences,) True where no later step can change a sentence's finished beams."""
+    final = ~is_early_stop_heuristic_unsatisfied[:, 0]
+    if early_stopping is True:
+        final |= is_sent_finished.all(-1)
+    return final
+
+
+def drops_final_sentences(
+    model_kwargs: dict[str, Any], cache_name: str | None, stopping_criteria: Any
+) -> bool:
+    """Whether the batch can shrink: a selectable encoder-decoder cache, sentence-wise stopping criteria, and no
+    model input other than those `keep_sentences` selects."""
+    cache = model_kwargs.get(cache_name) if cache_name is not None else None
+    tensors = {key for key, value in model_kwargs.items() if isinstance(value, torch.Tensor)}
+    return (
+        isinstance(cache, EncoderDecoderCache)
+        and not cache.is_compileable
+        and all(type(criterion).__name__ in STATELESS_CRITERIA for criterion in stopping_criteria)
+        and tensors <= {"attention_mask", "decoder_attention_mask", "cache_position"}
+    )
+
+
+def keep_sentences(
+    model_kwargs: dict[str, Any], cache_name: str, sentences: torch.Tensor, num_beams: int
+) -> dict[str, Any]:
+    """The model inputs of the `sentences` (indices) only: one row per sentence for the source side (encoder
+    output, source mask, cross-attention cache), `num_beams` rows per sentence for the decoder side."""
+    rows = (sentences.unsqueeze(1) * num_beams + torch.arange(num_beams, device=sentences.device)).flatten()
+    cache = model_kwargs[cache_name]
+    cache.self_attention_cache.batch_select_indices(rows)
+    cache.cross_attention_cache.batch_select_indices(sentences)
+    encoder_outputs = model_kwargs["encoder_outputs"]
+    kept = {
+        **model_kwargs,
+        "encoder_outputs": type(encoder_outputs)(
+            **{
+                name: value[sentences]
+                if isinstance(value, torch.Tensor)
+                else tuple(state[sentences] for state in value)
+                for name, value in encoder_outputs.items()
+            }
+        ),
+    }
+    for name, index in (("attention_mask", sentences), ("decoder_attention_mask", rows)):
+        if isinstance(kept.get(name), torch.Tensor):
+            kept[name] = kept[name][index]
+    return kept
+
+
 def beam_search(
     model: Any,
     input_ids: torch.LongTensor,
@@ -200,11 +260,14 @@ def beam_search(
     beam_indices = running_beam_indices.clone()
     batch_offset = torch.arange(batch_size, device=device).view(-1, 1) * num_beams
     cache_name = next((name for name in ("past_key_values", "cache") if name in model_kwargs), None)
+    drops_sentences = drops_final_sentences(model_kwargs, cache_name, stopping_criteria)
+    origin = torch.arange(batch_size, device=device)  # each row's sentence in the request
+    results = None  # (sequences, beam_indices) of every sentence, once some have left the batch
 
     model_outputs = model._prefill(
         input_ids, generation_config, model_kwargs, is_first_iteration=not generation_config.is_assistant
     )
-    this_peer_finished, log_probs = False, None
+    this_peer_finished, log_probs_buffer = False, None
     while not this_peer_finished:
         if model_outputs is None:
             flat_running_sequences = model._flatten_beam_dim(running_sequences[:, :, :cur_len])
@@ -218,8 +281,11 @@ def beam_search(
             model_outputs, model_kwargs, is_encoder_decoder=model.config.is_encoder_decoder
         )
         logits = model_outputs.logits[:, -1, :]  # (sentences · beams, vocabulary)
-        if log_probs is None:  # written in place each step: a new one each step costs the CPU page faults
-            log_probs = torch.empty(logits.shape, dtype=torch.float32, device=device)
+        if (
+            log_probs_buffer is None
+        ):  # written in place each step: a new one each step costs the CPU page faults
+            log_probs_buffer = torch.empty(logits.shape, dtype=torch.float32, device=device)
+        log_probs = log_probs_buffer[: logits.shape[0]]  # its first rows once sentences have left the batch
         torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=log_probs)
         model_outputs = None
         topk_log_probs, topk_beams, topk_ids = top_continuations(
@@ -276,12 +342,52 @@ def beam_search(
             early_stopping=early_stopping,
             length_penalty=length_penalty,
         )
-        this_peer_finished = not model._beam_search_has_unfinished_sequences(
+        unfinished = model._beam_search_has_unfinished_sequences(
             is_early_stop_heuristic_unsatisfied,
             is_sent_finished,
             next_token_hits_stopping_criteria,
             early_stopping,
         )
+        if not drops_sentences:
+            this_peer_finished = not unfinished
+            continue
+        final = final_sentences(is_early_stop_heuristic_unsatisfied, is_sent_finished, early_stopping)
+        unfinished, any_final = torch.stack([unfinished, final.any()]).tolist()  # still one host sync a step
+        this_peer_finished = not unfinished
+        if unfinished and any_final:  # the final sentences leave the batch, their results kept
+            results = results or (sequences.clone(), beam_indices.clone())
+            done, kept = final.nonzero().flatten(), (~final).nonzero().flatten()
+            results[0][origin[done]], results[1][origin[done]] = sequences[done], beam_indices[done]
+            (
+                running_sequences,
+                running_beam_scores,
+                running_beam_indices,
+                sequences,
+                beam_scores,
+                beam_indices,
+                is_sent_finished,
+                is_early_stop_heuristic_unsatisfied,
+                origin,
+            ) = (
+                state[kept]
+                for state in (
+                    running_sequences,
+                    running_beam_scores,
+                    running_beam_indices,
+                    sequences,
+                    beam_scores,
+                    beam_indices,
+                    is_sent_finished,
+                    is_early_stop_heuristic_unsatisfied,
+                    origin,
+                )
+            )
+            model_kwargs = keep_sentences(model_kwargs, cache_name, kept, num_beams)
+            batch_size = kept.shape[0]
+            batch_offset = batch_offset[:batch_size]
+    if results is not None:
+        results[0][origin], results[1][origin] = sequences, beam_indices
+        sequences, beam_indices = results
 
     # the best num_return_sequences of each sentence, cut to the longest generated length
     num_return_sequences = generation_config.num_return_sequences

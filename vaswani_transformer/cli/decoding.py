@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engines import DTYPES, ENGINES, QUANTIZATIONS, EngineOptions, check_engine_options
+from ..translate import BATCH_SIZE
 
 ENGINE_HELP = (
     "torch (default): the model in PyTorch. onnxruntime: the model's ONNX export (pip install "
@@ -30,7 +31,7 @@ DTYPE_HELP = (
 )
 
 
-def add_decoding_arguments(parser: argparse.ArgumentParser, *, batch_size: int) -> None:
+def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """--num_beams, --length_penalty, --batch_size, --engine, --quantize, --dtype, --device, --ctranslate2_cache,
     --onnx_cache."""
     parser.add_argument("--num_beams", "--num-beams", type=int, help="beam size (default: the model's, 4)")
@@ -44,8 +45,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser, *, batch_size: int) 
         "--batch_size",
         "--batch-size",
         type=int,
-        default=batch_size,
-        help=f"sentences per batch ({batch_size})",
+        default=BATCH_SIZE,
+        help=f"sentences per batch ({BATCH_SIZE})",
     )
     parser.add_argument("--engine", choices=ENGINES, default="torch", help=ENGINE_HELP)
     parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help=QUANTIZE_HELP)

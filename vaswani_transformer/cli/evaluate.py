@@ -62,7 +62,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
     parser.add_argument(
         "--split_compounds", "--split-compounds", action="store_true", help="WMT14 ##AT## compound splitting"
     )
-    add_decoding_arguments(parser, batch_size=128)
+    add_decoding_arguments(parser)
     parser.add_argument("--name", default="", help="write NAME_hypotheses.txt and NAME_scores.json")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation's files")
     parser.add_argument(

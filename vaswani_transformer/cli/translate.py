@@ -31,7 +31,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
     )
     parser.add_argument("model", help="trained model folder (e.g. runs/tatoeba-en-de/final) or Hub id")
     parser.add_argument("files", nargs="*", type=Path, help="input files (default: standard input)")
-    add_decoding_arguments(parser, batch_size=64)
+    add_decoding_arguments(parser)
     args = parser.parse_intermixed_args(argv)  # files may follow options: MODEL --num_beams 1 FILE
     for path in args.files:
         if not path.is_file():
