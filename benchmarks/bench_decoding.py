@@ -4,7 +4,7 @@
     python benchmarks/bench_decoding.py --device cuda --dtype bfloat16 --vocab_size 37000 --batch 64
     python benchmarks/bench_decoding.py --device cuda --dtype bfloat16 --vocab_size 37000 --batch 64 --compile
     python benchmarks/bench_decoding.py --model runs/tatoeba-en-de/final --ctranslate2   # its test split, BLEU
-    python benchmarks/bench_decoding.py --model runs/multi30k/final --recipe multi30k --ctranslate2 --onnx --batch 64
+    python benchmarks/bench_decoding.py --model runs/multi30k/final --recipe multi30k --ctranslate2 --onnx
 
 Fixed-length run (default): both models get the same random weights (Marian with our interleaved position table,
 zero attention biases), --batch source sentences of --source_length tokens, and decode exactly --new_tokens tokens
@@ -54,7 +54,7 @@ from vaswani_transformer.data import read_text_lines
 from vaswani_transformer.engines import EngineOptions, TorchEngine, load_engine
 from vaswani_transformer.evaluation import decoding_dtype, load_for_decoding, score_with_tokenizer
 from vaswani_transformer.precision import autocast_to
-from vaswani_transformer.translate import length_sorted_batches
+from vaswani_transformer.translate import BATCH_SIZE, length_sorted_batches
 
 
 def marian_copy(model: VaswaniTransformerForConditionalGeneration) -> PreTrainedModel:
@@ -415,7 +415,11 @@ def main() -> None:
     )
     parser.add_argument("--preset", default="base")
     parser.add_argument("--vocab_size", type=int, default=8000)
-    parser.add_argument("--batch", type=int, default=16, help="sentences per batch")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        help=f"sentences per batch (fixed-length run: 16; --model: translate()'s default, {BATCH_SIZE})",
+    )
     parser.add_argument("--source_length", type=int, default=20)
     parser.add_argument("--new_tokens", type=int, default=20, help="output tokens per sentence (fixed)")
     add_device_arguments(parser)
@@ -447,6 +451,7 @@ def main() -> None:
         "--int8_alternatives", action="store_true", help="with --model: also torch.ao's quantize_dynamic"
     )
     args = parser.parse_args()
+    args.batch = args.batch or (BATCH_SIZE if args.model else 16)
     if args.model and args.compile:
         parser.error(
             "--compile times the fixed-length run only: a file's batches have many shapes to compile"
