@@ -235,7 +235,8 @@ def test_two_batches_at_once_give_the_translations_of_one_at_a_time(
 
 
 def test_an_error_in_a_decoding_thread_reaches_the_caller(loaded, two_threads, monkeypatch) -> None:
-    """A batch that fails in a worker thread raises in translate() itself, and no batch starts after it."""
+    """A batch that fails in a worker thread raises in translate() itself, and no batch starts after it: only
+    those of the two workers already under way ran."""
     model, tokenizer = loaded
     calls: list[int] = []
 
@@ -246,7 +247,7 @@ def test_an_error_in_a_decoding_thread_reaches_the_caller(loaded, two_threads, m
     monkeypatch.setattr(model, "generate", failing_generate)
     with pytest.raises(RuntimeError, match="decoding failed"):
         translate(MANY, model, tokenizer, batch_size=1)
-    assert 1 <= len(calls) < len(MANY)
+    assert 1 <= len(calls) <= 2
     assert torch.get_num_threads() == 2
 
 

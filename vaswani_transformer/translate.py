@@ -9,6 +9,7 @@ code with precision.py: it imports only torch, tqdm, transformers and that file.
 """
 
 import logging
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -157,16 +158,24 @@ def decoded_batches(
             yield batch, decode(batch)
         return
     threads = max(1, torch.get_num_threads() // workers)
+    failed = threading.Event()  # set by the first error: batches not yet started are skipped (None)
 
-    def decode_in_worker(batch: list[int]) -> list[str]:
-        with intra_op_threads(threads):
-            return decode(batch)
+    def decode_in_worker(batch: list[int]) -> list[str] | None:
+        if failed.is_set():
+            return None
+        try:
+            with intra_op_threads(threads):
+                return decode(batch)
+        except BaseException:
+            failed.set()
+            raise
 
     pool = ThreadPoolExecutor(workers, thread_name_prefix="translate")
     try:
         futures = {pool.submit(decode_in_worker, batch): batch for batch in batches}
         for future in as_completed(futures):
-            yield futures[future], future.result()
+            if (translations := future.result()) is not None:
+                yield futures[future], translations
     finally:
         pool.shutdown(cancel_futures=True)
 
