@@ -102,16 +102,11 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(Q K^T / sqrt(d_k)) V, returning the attention weights too.
-
-    Masks as either path makes them: transformers gives sdpa no mask for an unpadded causal batch (sdpa's
-    `is_causal` then masks), so a causal module with several queries and no mask masks the future here too.
-    """
+    """softmax(Q K^T / sqrt(d_k)) V, and the weights. transformers gives sdpa no mask for an unpadded causal batch
+    (its `is_causal` masks), so a causal module with several queries and no mask masks the future here too."""
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (batch, heads, tgt_len, src_len)
     if attention_mask is None and getattr(module, "is_causal", False) and query.shape[2] > 1:
-        attention_mask = torch.ones(
-            query.shape[2], key.shape[2], dtype=torch.bool, device=query.device
-        ).tril()
+        attention_mask = query.new_ones(query.shape[2], key.shape[2], dtype=torch.bool).tril()
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
