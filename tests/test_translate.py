@@ -272,6 +272,30 @@ def test_batches_decode_one_at_a_time_when_two_would_not_fit_in_memory(
         translate(MANY, model, tokenizer, batch_size=2, workers=2)
 
 
+def test_the_default_batch_shrinks_to_fit_in_memory(random_weights, two_threads, monkeypatch) -> None:
+    """The default batch size (BATCH_SIZE, here all 9 sentences) halves until a batch of the longest sources fits
+    in free memory, instead of refusing; a batch size given explicitly is refused as before."""
+    model, tokenizer = random_weights
+    monkeypatch.setattr(
+        translate_module, "decoding_bytes", lambda config, sentences, *args: sentences * 2**28
+    )
+    monkeypatch.setattr(
+        translate_module, "free_memory_bytes", lambda device: 3 * 2**29
+    )  # 1.5 GiB: 5 sentences
+    sizes: list[int] = []
+    hook = model.model.encoder.register_forward_pre_hook(
+        lambda module, args, kwargs: sizes.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        translations = translate(MANY, model, tokenizer, dtype=torch.float32)
+    finally:
+        hook.remove()
+    assert sorted(sizes) == [1, 4, 4]  # 9 → 4 sentences a batch, one batch at a time (two would not fit)
+    assert translations == translate(MANY, model, tokenizer, batch_size=4, dtype=torch.float32)
+    with pytest.raises(DecodingBudgetError, match=r"lower --num_beams or --batch_size"):
+        translate(MANY, model, tokenizer, batch_size=len(MANY))
+
+
 def test_how_many_batches_decode_at_once(two_threads) -> None:
     cpu = torch.device("cpu")
     assert decoding_workers(cpu, batches=5) == 2

@@ -170,11 +170,12 @@ class TorchEngine:
         self,
         texts: Sequence[str],
         *,
-        batch_size: int = BATCH_SIZE,
+        batch_size: int | None = None,
         show_progress: bool = False,
         **overrides: Any,
     ) -> list[str]:
-        """Translations of `texts` in input order; `overrides` are generate() keywords (num_beams=1 …)."""
+        """Translations of `texts` in input order (`batch_size` None: `translate`'s default, which fits the memory);
+        `overrides` are generate() keywords (num_beams=1 …)."""
         return translate(
             texts,
             self.model,
@@ -217,13 +218,17 @@ class CTranslate2Engine:
         self,
         texts: Sequence[str],
         *,
-        batch_size: int = BATCH_SIZE,
+        batch_size: int | None = None,
         show_progress: bool = False,
         **overrides: Any,
     ) -> list[str]:
-        """Translations of `texts` in input order; `overrides` as for PyTorch (num_beams, length_penalty: |Y|^α)."""
+        """Translations of `texts` in input order (`batch_size` None: `BATCH_SIZE`); `overrides` as for PyTorch
+        (num_beams, length_penalty: |Y|^α)."""
         return self.translator.translate(
-            texts, batch_size=batch_size, show_progress=show_progress, **self._options(overrides)
+            texts,
+            batch_size=batch_size or BATCH_SIZE,
+            show_progress=show_progress,
+            **self._options(overrides),
         )
 
     def decoding_settings(self, **overrides: Any) -> dict[str, Any]:

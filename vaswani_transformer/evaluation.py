@@ -24,7 +24,6 @@ from .monitoring import translation_shares
 from .precision import decoding_precision
 from .quantization import INT8_DESCRIPTION, int8_linear_layers
 from .tokenization import lowercases
-from .translate import BATCH_SIZE
 
 if TYPE_CHECKING:  # engines.py builds on this module
     from .engines import Engine
@@ -196,7 +195,7 @@ def translate_and_score(
     target_lang: str,
     references_tokenized: Sequence[str] | None = None,
     split_compounds: bool = False,
-    batch_size: int = BATCH_SIZE,
+    batch_size: int | None = None,
     show_progress: bool = False,
     **generate_overrides: Any,
 ) -> tuple[list[str], dict]:
@@ -300,7 +299,7 @@ def evaluate_model(
     name: str = "",
     overwrite: bool = False,
     show_progress: bool = False,
-    batch_size: int = BATCH_SIZE,
+    batch_size: int | None = None,
     references_tokenized: Sequence[str] | None = None,
     split_compounds: bool = False,
     **generate_overrides: Any,

@@ -100,6 +100,21 @@ def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
+def batch_size_within_budget(
+    model: PreTrainedModel, encodings: list[list[int]], generate_kwargs: dict[str, Any]
+) -> int:
+    """`BATCH_SIZE` sentences, halved until a batch of the longest sources fits in memory (at least one)."""
+    lengths = sorted((len(ids) for ids in encodings), reverse=True)
+    batch_size = min(BATCH_SIZE, len(lengths))
+    while batch_size > 1:
+        try:
+            check_decoding_budget(model, batch_size, lengths[0], generate_kwargs)
+            return batch_size
+        except DecodingBudgetError:
+            batch_size //= 2
+    return batch_size
+
+
 def decoding_workers(device: torch.device, batches: int, workers: int | None = None) -> int:
     """How many batches decode at once: `workers` if given, else two on a CPU with two or more of torch's threads
     and two or more batches, else one.
@@ -186,7 +201,7 @@ def translate(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     *,
-    batch_size: int = BATCH_SIZE,
+    batch_size: int | None = None,
     show_progress: bool = False,
     dtype: torch.dtype | None = None,
     workers: int | None = None,
@@ -198,8 +213,10 @@ def translate(
     output limit = source length + 50, §6.1) unless `generate_kwargs` override it. It computes in `dtype`, by
     default `precision.decoding_precision`'s: bfloat16 autocast for float32 weights on a CPU or GPU that computes
     bfloat16 faster, else the weights' dtype; `dtype=torch.float32` keeps float32 weights in float32.
-    Sources longer than the model's position table are cut to it (`cap_source_lengths`, with a warning), and a
-    batch that would not fit in memory is refused before it decodes (`check_decoding_budget`). `workers` batches
+    Sources longer than the model's position table are cut to it (`cap_source_lengths`, with a warning). Batches
+    hold `batch_size` sentences, by default `BATCH_SIZE` or fewer where a batch of the longest sources would not
+    fit in memory (`batch_size_within_budget`); a batch that would not fit is refused before it decodes
+    (`check_decoding_budget`). `workers` batches
     decode at once (`decoded_batches`; default `decoding_workers`: two on a multi-core CPU, one when two would not
     fit in memory).
     """
@@ -207,6 +224,7 @@ def translate(
         return []
     encodings = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
     encodings = cap_source_lengths(encodings, model.config.max_position_embeddings)
+    batch_size = batch_size or batch_size_within_budget(model, encodings, generate_kwargs)
     batches = length_sorted_batches([len(ids) for ids in encodings], batch_size)
     first_batch = [encodings[i] for i in batches[0]]
     count = decoding_workers(model.device, len(batches), workers)

@@ -45,8 +45,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "--batch_size",
         "--batch-size",
         type=int,
-        default=BATCH_SIZE,
-        help=f"sentences per batch ({BATCH_SIZE})",
+        help=f"sentences per batch (default {BATCH_SIZE}, fewer where a batch of the longest sentences would not "
+        "fit in memory)",
     )
     parser.add_argument("--engine", choices=ENGINES, default="torch", help=ENGINE_HELP)
     parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help=QUANTIZE_HELP)
