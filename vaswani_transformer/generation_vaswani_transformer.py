@@ -30,6 +30,7 @@ from transformers import __version__ as transformers_version
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import Seq2SeqLMOutput
+from transformers.utils import ModelOutput
 
 BLOCK = 64  # columns per block: one pass of block maxima, then a top-k over vocabulary / 64 blocks per beam
 LIMITS = ("max_length", "max_new_tokens")
@@ -188,9 +189,15 @@ def drops_final_sentences(
     return (
         isinstance(cache, EncoderDecoderCache)
         and not cache.is_compileable
+        and isinstance(model_kwargs.get("encoder_outputs"), ModelOutput)
         and all(type(criterion).__name__ in STATELESS_CRITERIA for criterion in stopping_criteria)
         and tensors <= {"attention_mask", "decoder_attention_mask", "cache_position"}
     )
+
+
+def rows_at(value: torch.Tensor | tuple[torch.Tensor, ...], index: torch.Tensor) -> Any:
+    """The rows at `index` of a tensor, or of each tensor of a tuple (an output's hidden states)."""
+    return value[index] if isinstance(value, torch.Tensor) else tuple(state[index] for state in value)
 
 
 def keep_sentences(
@@ -203,17 +210,10 @@ def keep_sentences(
     cache.self_attention_cache.batch_select_indices(rows)
     cache.cross_attention_cache.batch_select_indices(sentences)
     encoder_outputs = model_kwargs["encoder_outputs"]
-    kept = {
-        **model_kwargs,
-        "encoder_outputs": type(encoder_outputs)(
-            **{
-                name: value[sentences]
-                if isinstance(value, torch.Tensor)
-                else tuple(state[sentences] for state in value)
-                for name, value in encoder_outputs.items()
-            }
-        ),
-    }
+    encoder_outputs = type(encoder_outputs)(
+        **{name: rows_at(value, sentences) for name, value in encoder_outputs.items()}
+    )
+    kept = {**model_kwargs, "encoder_outputs": encoder_outputs}
     for name, index in (("attention_mask", sentences), ("decoder_attention_mask", rows)):
         if isinstance(kept.get(name), torch.Tensor):
             kept[name] = kept[name][index]
