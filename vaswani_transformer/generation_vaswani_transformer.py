@@ -281,9 +281,8 @@ def beam_search(
             model_outputs, model_kwargs, is_encoder_decoder=model.config.is_encoder_decoder
         )
         logits = model_outputs.logits[:, -1, :]  # (sentences · beams, vocabulary)
-        if (
-            log_probs_buffer is None
-        ):  # written in place each step: a new one each step costs the CPU page faults
+        # written in place each step: a new buffer each step costs the CPU page faults
+        if log_probs_buffer is None:
             log_probs_buffer = torch.empty(logits.shape, dtype=torch.float32, device=device)
         log_probs = log_probs_buffer[: logits.shape[0]]  # its first rows once sentences have left the batch
         torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=log_probs)

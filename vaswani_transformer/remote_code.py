@@ -4,8 +4,8 @@ transformers 5 has no `translation` pipeline, so `pipeline("vaswani-translation"
 trust_remote_code=True)` needs the pipeline's code (translate.py and what it imports) in the folder and declared in
 its config.json. The model's `save_pretrained` (`RemoteCodeSavingMixin`; and so `Trainer.save_model`,
 `Trainer.push_to_hub`, checkpoints) calls `ship_translation_pipeline`, as `vaswani-push` does; a model loaded as
-remote code takes the code from where it was loaded. Shipped beside the model file as remote code itself: it imports only the standard library and
-transformers, and never translate.py (a model must load without it).
+remote code takes the code from where it was loaded. Shipped beside the model file as remote code itself: it
+imports only the standard library and transformers, and never translate.py (a model must load without it).
 """
 
 import json

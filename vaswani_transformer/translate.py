@@ -104,11 +104,11 @@ def batch_size_within_budget(
     model: PreTrainedModel, encodings: list[list[int]], generate_kwargs: dict[str, Any]
 ) -> int:
     """`BATCH_SIZE` sentences, halved until a batch of the longest sources fits in memory (at least one)."""
-    lengths = sorted((len(ids) for ids in encodings), reverse=True)
-    batch_size = min(BATCH_SIZE, len(lengths))
+    longest = max(len(ids) for ids in encodings)
+    batch_size = min(BATCH_SIZE, len(encodings))
     while batch_size > 1:
         try:
-            check_decoding_budget(model, batch_size, lengths[0], generate_kwargs)
+            check_decoding_budget(model, batch_size, longest, generate_kwargs)
             return batch_size
         except DecodingBudgetError:
             batch_size //= 2
@@ -216,9 +216,8 @@ def translate(
     Sources longer than the model's position table are cut to it (`cap_source_lengths`, with a warning). Batches
     hold `batch_size` sentences, by default `BATCH_SIZE` or fewer where a batch of the longest sources would not
     fit in memory (`batch_size_within_budget`); a batch that would not fit is refused before it decodes
-    (`check_decoding_budget`). `workers` batches
-    decode at once (`decoded_batches`; default `decoding_workers`: two on a multi-core CPU, one when two would not
-    fit in memory).
+    (`check_decoding_budget`). `workers` batches decode at once (`decoded_batches`; default `decoding_workers`: two
+    on a multi-core CPU, one when two would not fit in memory).
     """
     if not texts:
         return []
