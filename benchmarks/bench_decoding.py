@@ -451,7 +451,8 @@ def main() -> None:
         "--int8_alternatives", action="store_true", help="with --model: also torch.ao's quantize_dynamic"
     )
     args = parser.parse_args()
-    args.batch = args.batch or (BATCH_SIZE if args.model else 16)
+    if args.batch is None:
+        args.batch = BATCH_SIZE if args.model else 16
     if args.model and args.compile:
         parser.error(
             "--compile times the fixed-length run only: a file's batches have many shapes to compile"

@@ -294,6 +294,8 @@ def test_the_default_batch_shrinks_to_fit_in_memory(random_weights, two_threads,
     assert translations == translate(MANY, model, tokenizer, batch_size=4, dtype=torch.float32)
     with pytest.raises(DecodingBudgetError, match=r"lower --num_beams or --batch_size"):
         translate(MANY, model, tokenizer, batch_size=len(MANY))
+    with pytest.raises(ValueError, match="batch_size must be positive, got 0"):
+        translate(MANY, model, tokenizer, batch_size=0)  # not the default
 
 
 def test_how_many_batches_decode_at_once(two_threads) -> None:

@@ -226,7 +226,7 @@ class CTranslate2Engine:
         (num_beams, length_penalty: |Y|^α)."""
         return self.translator.translate(
             texts,
-            batch_size=batch_size or BATCH_SIZE,
+            batch_size=BATCH_SIZE if batch_size is None else batch_size,
             show_progress=show_progress,
             **self._options(overrides),
         )

@@ -223,7 +223,8 @@ def translate(
         return []
     encodings = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
     encodings = cap_source_lengths(encodings, model.config.max_position_embeddings)
-    batch_size = batch_size or batch_size_within_budget(model, encodings, generate_kwargs)
+    if batch_size is None:
+        batch_size = batch_size_within_budget(model, encodings, generate_kwargs)
     batches = length_sorted_batches([len(ids) for ids in encodings], batch_size)
     first_batch = [encodings[i] for i in batches[0]]
     count = decoding_workers(model.device, len(batches), workers)
