@@ -43,15 +43,18 @@ def paper_position_encoding(pos: int, channel: int, d_model: int) -> float:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_dropout_on_a_cpu_zeroes_a_fraction_p_and_scales_the_rest(dtype: torch.dtype) -> None:
-    """The CPU path draws its keep-mask with torch.rand (faster than nn.functional.dropout's bernoulli_ there):
-    still each entry zeroed with probability p, the rest scaled by 1 / (1 − p) in the forward and backward, from
-    the global random state (so seeded runs and resumed runs repeat), and nothing done outside training."""
+    """The CPU path draws its keep-mask from 16 random bits an entry (faster than nn.functional.dropout's
+    bernoulli_ there): still each entry zeroed with probability p independently of its neighbours (four entries
+    share one 64-bit draw), the rest scaled by 1 / (1 − p) in the forward and backward, from the global random
+    state (so seeded runs and resumed runs repeat), and nothing done outside training."""
     # inputs in [0.5, 1.5): an input of exactly 0 (randn gives such pairs now and then) would look dropped
     x = (torch.rand(1000, 1000, generator=torch.Generator().manual_seed(1)) + 0.5).to(dtype).requires_grad_()
     torch.manual_seed(0)
     y = apply_dropout(x, 0.1, training=True)
     kept = y != 0
     assert abs(kept.float().mean().item() - 0.9) < 0.002  # 10^6 draws: the fraction's deviation is 0.0003
+    pairs = kept.flatten()[:-1] & kept.flatten()[1:]  # neighbours, mostly from the same 64-bit draw
+    assert abs(pairs.float().mean().item() - 0.81) < 0.003
     torch.testing.assert_close(y[kept], (x[kept].float() / 0.9).to(dtype))
     y.sum().backward()
     torch.testing.assert_close(x.grad, (kept / 0.9).to(dtype))
@@ -595,6 +598,41 @@ def test_fused_loss_gives_the_loss_and_gradients_of_the_logits_path(
     for name, gradient in gradients.items():
         scale = gradient.abs().max().clamp(min=1e-3)  # bf16: compare relative to the tensor's largest entry
         torch.testing.assert_close(fused_gradients[name] / scale, gradient / scale, **tolerance, msg=name)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16 autocast"])
+def test_fused_loss_workspace_is_reused_and_gives_the_same_loss_and_gradients(precision, monkeypatch) -> None:
+    """On a CPU the fused loss keeps its (chunk, vocabulary) buffers between calls: the second call reuses them
+    (same memory), a smaller batch takes a slice of them, results equal those of fresh buffers bit for bit, and no
+    returned gradient shares memory with the workspace (the next call must not change the last one's)."""
+    monkeypatch.setitem(loss_vaswani_transformer.LOSS_CHUNK_ELEMENTS, "cpu", 4 * 64)  # 4 tokens a chunk
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(64, 16, generator=generator, requires_grad=True)
+
+    def loss_and_gradients(tokens: int, workspace: dict | None) -> tuple[torch.Tensor, ...]:
+        hidden = torch.randn(tokens, 16, generator=generator.manual_seed(tokens), requires_grad=True)
+        labels = torch.randint(4, 64, (tokens,), generator=generator)
+        labels[-2:] = -100
+        weight.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16 autocast"):
+            loss = loss_vaswani_transformer.fused_label_smoothed_loss(
+                hidden, weight, labels, 0.1, None, workspace
+            )
+        loss.backward()
+        return loss.detach(), hidden.grad, weight.grad
+
+    workspace: dict[str, torch.Tensor] = {}
+    first = loss_and_gradients(10, workspace)
+    first_copies = [tensor.clone() for tensor in first]
+    buffers = {name: buffer.data_ptr() for name, buffer in workspace.items()}
+    assert set(buffers) == {"logits", "log_probs", "grad_weight"}
+    second = loss_and_gradients(7, workspace)  # fewer tokens: a slice of the same buffers
+    assert {name: buffer.data_ptr() for name, buffer in workspace.items()} == buffers
+    for kept, copy in zip(first, first_copies, strict=True):
+        assert torch.equal(kept, copy)
+    for tokens, reused in ((10, first), (7, second)):
+        for fresh, result in zip(loss_and_gradients(tokens, None), reused, strict=True):
+            assert torch.equal(fresh, result)
 
 
 def test_fused_loss_is_only_taken_when_training_with_gradients(source_batch) -> None:
