@@ -9,8 +9,9 @@
     the same random batch of --batch sentences × --length source and --length target tokens, the §5.4
     label-smoothed loss and §5.3 Adam; one step is forward, backward and update. Ours steps in --dtype (auto: the
     package's default on this device, bf16 autocast where it is faster) and in float32; MarianMTModel in float32
-    (what its users get by default) and in --dtype (like for like). The runs take turns; figures are medians of
-    --repeats. MFU = training FLOPs per step / step time / the measured peak of the step's precision, counting 2
+    (what its users get by default) and in --dtype (like for like). The runs take turns of --steps_per_turn
+    consecutive steps (as a training run takes them: with 1, each step follows another model's and starts with
+    cold caches); figures are per step, medians of --repeats turns. MFU = training FLOPs per step / step time / the measured peak of the step's precision, counting 2
     FLOPs per multiply-add of every matrix product (projections, attention scores and weighted sums, the softmax
     layer) and training = 3 × forward (backward ≈ 2 × forward); `training_flops` is the formula. Marian's
     attention biases and our fused loss do not change the count. --peak_tflops adds MFU against a datasheet
@@ -29,6 +30,7 @@ import copy
 import itertools
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -110,6 +112,12 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
 
 
+def consecutive(step: Callable[[], None], count: int) -> None:
+    """`count` steps in a row, one turn of (a)."""
+    for _ in range(count):
+        step()
+
+
 def step_runs(args: argparse.Namespace, dtype: torch.dtype) -> dict[str, tuple[torch.nn.Module, torch.dtype]]:
     """The models of (a) and the precision each steps in: ours in `dtype` (the package's default with --dtype
     auto) and in float32, MarianMTModel in float32 (what its users get by default) and in `dtype` (like for like)."""
@@ -139,10 +147,12 @@ def model_steps(args: argparse.Namespace, dtype: torch.dtype, peaks: dict[torch.
     for name, (model, precision) in models.items():
         model.to(args.device).train()
         step_model = torch.compile(model) if args.torch_compile and name.startswith("ours") else model
-        runs[name] = partial(train_step, step_model, batch, paper_adam(model), precision)
+        step = partial(train_step, step_model, batch, paper_adam(model), precision)
+        runs[name] = partial(consecutive, step, args.steps_per_turn)
         for _ in range(args.warmup):
-            runs[name]()
-    seconds = alternating_medians(runs, args.repeats, args.device)
+            step()
+    turns = alternating_medians(runs, args.repeats, args.device)
+    seconds = {name: turn / args.steps_per_turn for name, turn in turns.items()}
     memory = {name: peak_memory_mb(run, args.device) for name, run in runs.items()}
     flops = training_flops(config, args.batch, args.length, args.length)
     tokens = args.batch * args.length
@@ -262,6 +272,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
+        "--steps_per_turn", type=int, default=5, help="(a): consecutive steps a turn, timed together (1: one)"
+    )
+    parser.add_argument(
         "--peak_tflops", type=float, default=0.0, help="a datasheet dense peak, for a second MFU figure"
     )
     parser.add_argument(
@@ -272,6 +285,8 @@ def main() -> None:
     parser.add_argument("--torch_compile", action="store_true", help="compile our model (Marian stays eager)")
     parser.add_argument("--skip_job", action="store_true", help="run (a) only")
     args = parser.parse_args()
+    if args.steps_per_turn < 1 or args.repeats < 1:
+        parser.error("--steps_per_turn and --repeats must be at least 1")
     if not args.skip_job and not (args.data / "train.en").is_file():
         parser.error(f"{args.data}/train.en not found: pass --data (Multi30k's folder) or --skip_job")
     dtype = resolve_dtype(args.dtype, args.device)
