@@ -1,7 +1,10 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a Hugging Face model."""
 
-from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
-from transformers.pipelines import PIPELINE_REGISTRY
+from .quantization import quiet_import_warnings
+
+with quiet_import_warnings():  # transformers imports torchao where it is installed (the int8 extra)
+    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+    from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_vaswani_transformer import PRESETS, VaswaniTransformerConfig
 from .modeling_vaswani_transformer import (

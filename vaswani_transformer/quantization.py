@@ -24,9 +24,10 @@ INT8_DESCRIPTION = (
 
 
 @contextlib.contextmanager
-def _quiet_import_warnings() -> Iterator[None]:
+def quiet_import_warnings() -> Iterator[None]:
     """torchao's import warns about CUDA kernel libraries a CPU build cannot load (and torch about its enum
-    registrations); neither concerns CPU int8, so they are held back while it imports."""
+    registrations); neither concerns CPU int8, so they are held back while it imports: here, and where this
+    package imports transformers, which imports torchao whenever it is installed."""
     loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
@@ -41,7 +42,7 @@ def _quiet_import_warnings() -> Iterator[None]:
 def _torchao_quantization() -> Any:
     """torchao.quantization, or an error saying how to install it."""
     try:
-        with _quiet_import_warnings():
+        with quiet_import_warnings():
             from torchao import quantization
     except ImportError as error:
         raise ImportError(f"int8 decoding with PyTorch needs torchao: {INT8_EXTRA}.") from error
