@@ -26,7 +26,12 @@ def compute_dtype(tensor: torch.Tensor) -> torch.dtype:
 
 
 def scratch(
-    workspace: dict[str, torch.Tensor] | None, name: str, like: torch.Tensor, rows: int, *shape: int, dtype
+    workspace: dict[str, torch.Tensor] | None,
+    name: str,
+    like: torch.Tensor,
+    rows: int,
+    *shape: int,
+    dtype: torch.dtype,
 ) -> torch.Tensor:
     """An uninitialised (rows, *shape) buffer: the workspace's own when it has one at least that large, so a CPU
     reuses its pages from step to step (new ones cost a page fault every 4 KiB: glibc returns freed large blocks
