@@ -218,7 +218,7 @@ class VaswaniTransformerPostNormLayer(GradientCheckpointingLayer):
         self, residual: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.LayerNorm
     ) -> torch.Tensor:
         sublayer_output = apply_dropout(sublayer_output, p=self.dropout, training=self.training)
-        return norm(residual + sublayer_output)
+        return norm(residual + sublayer_output.to(residual.dtype))  # exact; a mixed-dtype add is slow on CPUs
 
     def _feed_forward_sublayer(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self._residual(hidden_states, self.feed_forward(hidden_states), self.final_layer_norm)
