@@ -11,11 +11,12 @@
     package's default on this device, bf16 autocast where it is faster) and in float32; MarianMTModel in float32
     (what its users get by default) and in --dtype (like for like). The runs take turns of --steps_per_turn
     consecutive steps (as a training run takes them: with 1, each step follows another model's and starts with
-    cold caches); figures are per step, medians of --repeats turns. MFU = training FLOPs per step / step time / the measured peak of the step's precision, counting 2
-    FLOPs per multiply-add of every matrix product (projections, attention scores and weighted sums, the softmax
-    layer) and training = 3 × forward (backward ≈ 2 × forward); `training_flops` is the formula. Marian's
-    attention biases and our fused loss do not change the count. --peak_tflops adds MFU against a datasheet
-    figure. --torch_compile compiles our model (and the job's, through the Trainer).
+    cold caches); figures are per step, medians of --repeats turns. MFU = training FLOPs per step / step time /
+    the measured peak of the step's precision, counting 2 FLOPs per multiply-add of every matrix product
+    (projections, attention scores and weighted sums, the softmax layer) and training = 3 × forward (backward ≈
+    2 × forward); `training_flops` is the formula. Marian's attention biases and our fused loss do not change the
+    count. --peak_tflops adds MFU against a datasheet figure. --torch_compile compiles our model (and the job's,
+    through the Trainer).
 (c) Attention kernels: one causal attention call at the step's shapes, forward and backward, torch's sdpa kernel
     against the eager path's matrix products, in float32 and bfloat16 (why bf16 on a CPU attends with the eager
     kernels).

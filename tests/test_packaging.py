@@ -63,3 +63,17 @@ def test_every_console_command_is_declared_and_answers_help(wheel: zipfile.ZipFi
             getattr(importlib.import_module(module), function)(["--help"])
         assert exit_info.value.code == 0, command
         assert f"usage: {command}" in capsys.readouterr().out
+
+
+def test_importing_the_package_prints_no_warnings_of_torchao() -> None:
+    """transformers imports torchao whenever it is installed (the int8 extra), and a CPU build of torchao logs
+    that its CUDA kernel libraries cannot load: nothing that concerns a user, so importing this package (every
+    command does) prints nothing, and the loggers it quietens keep their levels afterwards."""
+    pytest.importorskip("torchao")
+    code = (
+        "import logging, vaswani_transformer; "
+        "print(logging.getLogger('torchao').level, logging.getLogger('torch.utils._pytree').level)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stderr == ""
+    assert result.stdout.split() == ["0", "0"]
