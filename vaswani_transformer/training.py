@@ -126,6 +126,8 @@ def paper_training_arguments(
         **mixed_precision_arguments(mixed_precision),
         # Explicit on accelerator-less machines: it also lets torchrun run CPU processes as gloo DDP.
         "use_cpu": not (torch.cuda.is_available() or torch.backends.mps.is_available()),
+        # every parameter takes part in every step (the Trainer's default, True, costs DDP a graph walk a step)
+        "ddp_find_unused_parameters": False,
         "save_strategy": "steps",
         "save_steps": save_steps,
         "save_total_limit": None if save_total_limit is None else save_total_limit + evaluating,
