@@ -199,6 +199,8 @@ def test_two_process_distributed_training(shared_data: Path, tmp_path: Path) -> 
     completed = subprocess.run(launch + arguments, capture_output=True, text=True, cwd=REPO, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.count("test sacreBLEU") == 1  # only the main process evaluates and reports
+    assert "Writing model shards" not in completed.stderr  # progress is the job's own line, not a bar a save
+    assert "find_unused_parameters=True" not in completed.stderr  # DDP knows every parameter takes part
     state = json.loads((tmp_path / "run" / "checkpoint-6" / "trainer_state.json").read_text())
     batches = len(
         TokenBudgetBatchSampler.from_dataset(

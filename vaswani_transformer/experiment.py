@@ -57,6 +57,7 @@ from .monitoring import (
     TrainingCollapsed,
     TrainingProgress,
     collapse_check_step,
+    only_progress_lines,
     translation_symptom,
     unigram_loss,
 )
@@ -1024,7 +1025,8 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     floor = unigram_loss(tokenized.target_counts(len(tokenizer)), config.label_smoothing)
     trainer = _trainer_for(options, args, model, tokenizer, tokenized, dev, floor, advice)
     started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=_resume_point(options, is_main_process))
+    with only_progress_lines():
+        trainer.train(resume_from_checkpoint=_resume_point(options, is_main_process))
     train_seconds = time.perf_counter() - started
     if not is_main_process:
         return None

@@ -6,13 +6,15 @@ BLEU means nothing, so `HealthCheck` stops the job with a `TrainingFailure` that
 change, instead of letting it save and report a result.
 """
 
+import contextlib
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.utils import logging as transformers_logging
 
 logger = logging.getLogger(__name__)
 
@@ -167,3 +169,17 @@ class TrainingProgress(TrainerCallback):
                 f"step {step}/{total}  loss {logs['loss']:.3f}  lr {logs.get('learning_rate', 0):.2e}  "
                 f"{tokens:.1f}k target tokens/s  {self.dev}  {_duration(elapsed)} elapsed, ETA {_duration(remaining)}"
             )
+
+
+@contextlib.contextmanager
+def only_progress_lines() -> Iterator[None]:
+    """transformers' own progress bars off while training (as they were afterwards): every checkpoint would print
+    a "Writing model shards" bar for its one shard; the job's progress is `TrainingProgress`'s line per log."""
+    enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            transformers_logging.enable_progress_bar()
+
