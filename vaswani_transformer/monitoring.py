@@ -182,4 +182,3 @@ def only_progress_lines() -> Iterator[None]:
     finally:
         if enabled:
             transformers_logging.enable_progress_bar()
-
