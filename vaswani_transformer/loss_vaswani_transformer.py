@@ -79,10 +79,15 @@ class LinearLabelSmoothedCrossEntropy(torch.autograd.Function):
             states, kept = inputs[rows], (labels[rows] != -100).unsqueeze(1)  # (chunk, d_model), (chunk, 1)
             target = labels[rows].clamp(min=0).unsqueeze(1)  # (chunk, 1)
             logits = torch.mm(states, weights.t(), out=logits_buffer[: states.shape[0]])  # (chunk, vocab)
-            # one fused kernel for log p, in place on the float32 buffer: fewer passes over (chunk, vocab) than
-            # logsumexp and a subtraction; `log_softmax(dtype=float32)` would convert into a new tensor each chunk
-            log_probs = log_probs_buffer[: states.shape[0]].copy_(logits)  # (chunk, vocab)
-            log_probs = torch.log_softmax(log_probs, dim=-1, out=log_probs)
+            # one fused kernel for log p: fewer passes over (chunk, vocab) than logsumexp and a subtraction
+            log_probs = log_probs_buffer[: states.shape[0]]  # float32 (chunk, vocab)
+            # On a CPU, log_softmax(dtype=float32) of bf16 logits first converts them into a new (chunk, vocab)
+            # tensor (fresh pages every chunk): convert into the kept buffer and work in place. A GPU converts
+            # inside the kernel, and float32 logits need no conversion.
+            if logits.is_cpu and logits.dtype != torch.float32:
+                torch.log_softmax(log_probs.copy_(logits), dim=-1, out=log_probs)
+            else:
+                torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=log_probs)
             # −Σ_v q_v log p_v with q = (1 − ε)·one-hot + ε/V: −(1 − ε)·log p_y − ε·mean(log p)
             smoothed = -(1 - epsilon) * log_probs.gather(1, target) - epsilon * log_probs.mean(
                 -1, keepdim=True
