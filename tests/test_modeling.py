@@ -600,6 +600,33 @@ def test_fused_loss_gives_the_loss_and_gradients_of_the_logits_path(
         torch.testing.assert_close(fused_gradients[name] / scale, gradient / scale, **tolerance, msg=name)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_projections_share_one_cast_of_their_input_under_bfloat16_autocast(source_batch, dtype) -> None:
+    """Under bfloat16 autocast W^Q, W^K and W^V of a self-attention (and W^K, W^V of an encoder-decoder attention)
+    read one bfloat16 copy of their input instead of casting it once each; under float16 autocast each linear
+    layer still gets the float32 input and casts it itself. The gradients stay those of float32 to bf16 accuracy."""
+    torch.manual_seed(0)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config()).train()
+    inputs: dict[str, torch.Tensor] = {}
+    for name, module in model.named_modules():
+        if name.endswith(("q_proj", "k_proj", "v_proj")):
+            module.register_forward_pre_hook(lambda _, args, name=name: inputs.update({name: args[0]}))
+    labels = torch.tensor([[20, 21, 22, 23, 3], [30, 31, 3, -100, -100]])
+    with torch.autocast("cpu", dtype=dtype):
+        model(**source_batch, labels=labels).loss.backward()
+    expected = torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
+    assert {tensor.dtype for tensor in inputs.values()} == {expected}
+    self_attention = [inputs[f"model.encoder.layers.0.self_attn.{p}_proj"] for p in "qkv"]
+    cross_keys_values = [inputs[f"model.decoder.layers.0.encoder_attn.{p}_proj"] for p in "kv"]
+    for shared in (self_attention, cross_keys_values):
+        assert len({tensor.data_ptr() for tensor in shared}) == 1
+    if dtype == torch.bfloat16:
+        _, reference, _ = _loss_and_gradients(False, "fp32", None, source_batch)
+        for name, parameter in model.named_parameters():
+            scale = reference[name].abs().max().clamp(min=1e-3)
+            torch.testing.assert_close(parameter.grad / scale, reference[name] / scale, rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16 autocast"])
 def test_fused_loss_workspace_is_reused_and_gives_the_same_loss_and_gradients(precision, monkeypatch) -> None:
     """On a CPU the fused loss keeps its (chunk, vocabulary) buffers between calls: the second call reuses them

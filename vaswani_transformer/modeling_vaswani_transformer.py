@@ -92,6 +92,21 @@ def apply_dropout(hidden_states: torch.Tensor, p: float, training: bool) -> torc
     return hidden_states * keep * (1.0 / (1.0 - p))
 
 
+def autocast_input(states: torch.Tensor) -> torch.Tensor:
+    """The input several linear layers share, cast once to autocast's bfloat16: autocast would cast it for each layer
+    (W^Q, W^K and W^V read the same input), a pass over the activations each, and another for each gradient. Their
+    gradients then meet in bfloat16 before the one cast back, as in any bfloat16 model; float16 (narrow range)
+    keeps autocast's casts."""
+    device_type = states.device.type
+    if (
+        states.dtype == torch.float32
+        and torch.is_autocast_enabled(device_type)
+        and torch.get_autocast_dtype(device_type) == torch.bfloat16
+    ):
+        return states.to(torch.bfloat16)
+    return states
+
+
 # §3.2.1 Scaled Dot-Product Attention (the eager path; sdpa/flash come from the transformers interface)
 def eager_attention_forward(
     module: nn.Module,
@@ -146,6 +161,7 @@ class VaswaniTransformerAttention(nn.Module):
 
     def project_keys_values(self, key_value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K = X W^K and V = X W^V, split into heads."""
+        key_value_states = autocast_input(key_value_states)
         keys = self._split_heads(self.k_proj(key_value_states), self.d_k)  # (batch, heads, src_len, d_k)
         values = self._split_heads(self.v_proj(key_value_states), self.d_v)  # (batch, heads, src_len, d_v)
         return keys, values
@@ -167,6 +183,7 @@ class VaswaniTransformerAttention(nn.Module):
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
+        hidden_states = autocast_input(hidden_states)
         query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (batch, heads, tgt_len, d_k)
         # through the decoding cache: self-attention appends this step's K/V, cross-attention computes them once
         kv_states = key_value_states if is_cross_attention else hidden_states
