@@ -45,7 +45,7 @@ def test_flags_override_the_recipe_and_take_dashes_or_underscores() -> None:
     assert options.lowercase and options.vocab_size == 6000  # the rest is the recipe's
     # a short trial of a recipe trains; it only warns that there are fewer checkpoints than --average_last
     assert options.averaging_shortfall() == (
-        "warning: --average_last 10, but the run writes 1 checkpoint(s) (--max_steps 7, --save_steps 50): "
+        "warning: --average_last 20, but the run writes 1 checkpoint(s) (--max_steps 7, --save_steps 50): "
         "the final model averages those."
     )
 
