@@ -42,7 +42,7 @@ from .generation_vaswani_transformer import (
     self_attention_cache,
     take_cache,
 )
-from .loss_vaswani_transformer import VaswaniTransformerLossMixin
+from .loss_vaswani_transformer import VaswaniTransformerLossMixin, compute_dtype
 from .remote_code import RemoteCodeSavingMixin
 
 
@@ -97,12 +97,7 @@ def autocast_input(states: torch.Tensor) -> torch.Tensor:
     (W^Q, W^K and W^V read the same input), a pass over the activations each, and another for each gradient. Their
     gradients then meet in bfloat16 before the one cast back, as in any bfloat16 model; float16 (narrow range)
     keeps autocast's casts."""
-    device_type = states.device.type
-    if (
-        states.dtype == torch.float32
-        and torch.is_autocast_enabled(device_type)
-        and torch.get_autocast_dtype(device_type) == torch.bfloat16
-    ):
+    if states.dtype == torch.float32 and compute_dtype(states) == torch.bfloat16:
         return states.to(torch.bfloat16)
     return states
 
