@@ -601,30 +601,57 @@ def test_fused_loss_gives_the_loss_and_gradients_of_the_logits_path(
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_projections_share_one_cast_of_their_input_under_bfloat16_autocast(source_batch, dtype) -> None:
-    """Under bfloat16 autocast W^Q, W^K and W^V of a self-attention (and W^K, W^V of an encoder-decoder attention)
-    read one bfloat16 copy of their input instead of casting it once each; under float16 autocast each linear
-    layer still gets the float32 input and casts it itself. The gradients stay those of float32 to bf16 accuracy."""
-    torch.manual_seed(0)
-    model = VaswaniTransformerForConditionalGeneration(tiny_config()).train()
+def test_bfloat16_autocast_keeps_the_residual_stream_in_bfloat16(source_batch, dtype) -> None:
+    """Under bfloat16 autocast the stacks cast their embedded input once and the residual stream stays bfloat16:
+    every linear layer reads a bfloat16 input (autocast casts no activation), W^Q, W^K and W^V read one and the same
+    tensor (W^K and W^V of an encoder-decoder attention too) and each layer hands on bfloat16. float16 autocast
+    keeps the float32 stream (its range is narrow): each linear layer reads float32 and casts it itself."""
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(fused_loss=False)).train()
     inputs: dict[str, torch.Tensor] = {}
     for name, module in model.named_modules():
-        if name.endswith(("q_proj", "k_proj", "v_proj")):
+        if isinstance(module, (torch.nn.Linear, torch.nn.LayerNorm)):
             module.register_forward_pre_hook(lambda _, args, name=name: inputs.update({name: args[0]}))
     labels = torch.tensor([[20, 21, 22, 23, 3], [30, 31, 3, -100, -100]])
     with torch.autocast("cpu", dtype=dtype):
-        model(**source_batch, labels=labels).loss.backward()
-    expected = torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
-    assert {tensor.dtype for tensor in inputs.values()} == {expected}
+        out = model(**source_batch, labels=labels, output_hidden_states=True)
+    out.loss.backward()
+    stream = torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
+    assert len(inputs) == 2 * 8 + 3 * 13 + 1  # every projection, feed-forward and layer norm, and lm_head
+    # out_proj and fc2 read attention outputs and activations (autocast's dtype); all others read the stream
+    readers = [name for name in inputs if not name.endswith(("out_proj", "fc2"))]
+    assert {name: inputs[name].dtype for name in readers} == dict.fromkeys(readers, stream)
+    assert {inputs[name].dtype for name in inputs.keys() - readers} == {dtype}
+    layer_outputs = out.encoder_hidden_states[1:] + out.decoder_hidden_states[1:]
+    assert {tensor.dtype for tensor in layer_outputs} == {stream}
     self_attention = [inputs[f"model.encoder.layers.0.self_attn.{p}_proj"] for p in "qkv"]
     cross_keys_values = [inputs[f"model.decoder.layers.0.encoder_attn.{p}_proj"] for p in "kv"]
     for shared in (self_attention, cross_keys_values):
         assert len({tensor.data_ptr() for tensor in shared}) == 1
-    if dtype == torch.bfloat16:
-        _, reference, _ = _loss_and_gradients(False, "fp32", None, source_batch)
-        for name, parameter in model.named_parameters():
-            scale = reference[name].abs().max().clamp(min=1e-3)
-            torch.testing.assert_close(parameter.grad / scale, reference[name] / scale, rtol=2e-2, atol=2e-2)
+
+
+def test_training_under_bfloat16_autocast_follows_float32(source_batch) -> None:
+    """The bfloat16 residual stream costs no more than bfloat16's rounding: from the same initialisation, Adam on
+    one batch under bf16 autocast follows float32's losses to 1% at each of 40 steps (measured: 0.4%; a stream
+    rounded to 1/16 strays by 2%)."""
+    labels = torch.tensor([[20, 21, 22, 23, 3], [30, 31, 3, -100, -100]])
+
+    def losses(autocast: bool) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = VaswaniTransformerForConditionalGeneration(tiny_config()).train()
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
+        history = []
+        for _ in range(40):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = model(**source_batch, labels=labels).loss
+            loss.backward()
+            optimizer.step()
+            history.append(loss.item())
+        return torch.tensor(history)
+
+    reference, bfloat16 = losses(False), losses(True)
+    assert reference[-1] < 0.5 * reference[0]  # it learns the batch
+    torch.testing.assert_close(bfloat16, reference, rtol=0.01, atol=0.0)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16 autocast"])

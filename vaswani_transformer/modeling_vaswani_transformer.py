@@ -93,10 +93,10 @@ def apply_dropout(hidden_states: torch.Tensor, p: float, training: bool) -> torc
 
 
 def autocast_input(states: torch.Tensor) -> torch.Tensor:
-    """The input several linear layers share, cast once to autocast's bfloat16: autocast would cast it for each layer
-    (W^Q, W^K and W^V read the same input), a pass over the activations each, and another for each gradient. Their
-    gradients then meet in bfloat16 before the one cast back, as in any bfloat16 model; float16 (narrow range)
-    keeps autocast's casts."""
+    """Activations cast once to autocast's bfloat16. The stacks cast their embedded input, so under bfloat16 autocast
+    the whole residual stream is bfloat16 (as in Megatron's default): no cast per linear layer (autocast casts each
+    layer's input, W^Q, W^K and W^V the same one three times), none per residual add, and half the memory traffic
+    for layer norms and dropout, which compute in float32 inside. float16 (narrow range) keeps a float32 stream."""
     if states.dtype == torch.float32 and compute_dtype(states) == torch.bfloat16:
         return states.to(torch.bfloat16)
     return states
@@ -361,6 +361,7 @@ class VaswaniTransformerStack(VaswaniTransformerPreTrainedModel):
     def _add_positions(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Embeddings + positional encodings, then dropout (§5.4 "we apply dropout to the sums")."""
         hidden_states = inputs_embeds + self.embed_positions(position_ids).to(inputs_embeds.dtype)
+        hidden_states = autocast_input(hidden_states)  # (batch, len, d_model), bfloat16 under bf16 autocast
         return apply_dropout(hidden_states, p=self.config.dropout, training=self.training)
 
 
