@@ -156,6 +156,7 @@ class VaswaniTransformerAttention(nn.Module):
 
     def project_keys_values(self, key_value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K = X W^K and V = X W^V, split into heads."""
+        # the stream is bfloat16 already; an encoder output given from outside autocast is cast once for both here
         key_value_states = autocast_input(key_value_states)
         keys = self._split_heads(self.k_proj(key_value_states), self.d_k)  # (batch, heads, src_len, d_k)
         values = self._split_heads(self.v_proj(key_value_states), self.d_v)  # (batch, heads, src_len, d_v)
@@ -178,7 +179,6 @@ class VaswaniTransformerAttention(nn.Module):
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
-        hidden_states = autocast_input(hidden_states)
         query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (batch, heads, tgt_len, d_k)
         # through the decoding cache: self-attention appends this step's K/V, cross-attention computes them once
         kv_states = key_value_states if is_cross_attention else hidden_states
