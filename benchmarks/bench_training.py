@@ -12,7 +12,9 @@
     (what its users get by default) and in --dtype (like for like). The runs take turns of --steps_per_turn
     consecutive steps (as a training run takes them: with 1, each step follows another model's and starts with
     cold caches); figures are per step, medians of --repeats turns. MFU = training FLOPs per step / step time /
-    the measured peak of the step's precision, counting 2 FLOPs per multiply-add of every matrix product
+    the peak of the step's precision measured in the same turns (a run of square matrix products takes its turn
+    with the models, its median beside theirs, so the machine's drift, 18% between runs a minute apart on a
+    2-core CPU, hits both alike; the MFU against the roofline measured first is printed too), counting 2 FLOPs per multiply-add of every matrix product
     (projections, attention scores and weighted sums, the softmax layer) and training = 3 × forward (backward ≈
     2 × forward); `training_flops` is the formula. Marian's attention biases and our fused loss do not change the
     count. --peak_tflops adds MFU against a datasheet figure. --torch_compile compiles our model (and the job's,
@@ -42,6 +44,7 @@ from peers import (
     alternating_medians,
     dtype_name,
     marian_twin,
+    matmul_products,
     peak_memory_mb,
     print_peaks,
     resolve_dtype,
@@ -57,6 +60,8 @@ from vaswani_transformer.monitoring import TrainingProgress
 from vaswani_transformer.tokenization import train_bpe
 from vaswani_transformer.training import ADAM_BETAS, ADAM_EPSILON, build_trainer, paper_training_arguments
 
+# square matrix products in a turn of the peak runs (0.2 s in bfloat16 on 2 CPU cores)
+PEAK_PRODUCTS_PER_TURN = 10
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 
@@ -152,19 +157,30 @@ def model_steps(args: argparse.Namespace, dtype: torch.dtype, peaks: dict[torch.
         runs[name] = partial(consecutive, step, args.steps_per_turn)
         for _ in range(args.warmup):
             step()
+    peak_runs = {
+        precision: matmul_products(args.device, precision, PEAK_PRODUCTS_PER_TURN)
+        for precision in sorted({precision for _, precision in models.values()}, key=str)
+    }
+    for precision, (products, _) in peak_runs.items():
+        runs[f"peak {dtype_name(precision)}"] = products
     turns = alternating_medians(runs, args.repeats, args.device)
-    seconds = {name: turn / args.steps_per_turn for name, turn in turns.items()}
-    memory = {name: peak_memory_mb(run, args.device) for name, run in runs.items()}
+    turn_peaks = {  # TFLOP/s of each precision's products, timed in the same turns as the steps
+        precision: product_flops / turns[f"peak {dtype_name(precision)}"] / 1e12
+        for precision, (_, product_flops) in peak_runs.items()
+    }
+    seconds = {name: turns[name] / args.steps_per_turn for name in models}
+    memory = {name: peak_memory_mb(runs[name], args.device) for name in models}
     flops = training_flops(config, args.batch, args.length, args.length)
     tokens = args.batch * args.length
     print(
         f"(a) model step, preset {args.preset}, vocabulary {args.vocab_size}, {args.batch} × {args.length} + "
         f"{args.length} tokens on {args.device}{', ours compiled' if args.torch_compile else ''}; "
-        f"{flops / 1e12:.3f} TFLOP per step; MFU = share of this machine's measured peak in the step's precision"
+        f"{flops / 1e12:.3f} TFLOP per step; MFU = share of the peak in the step's precision, measured in the "
+        "same turns"
     )
     for name, (model, precision) in models.items():
         achieved = flops / seconds[name] / 1e12
-        mfu = f"MFU {achieved / peaks[precision]:6.1%}"
+        mfu = f"MFU {achieved / turn_peaks[precision]:6.1%}"
         if args.peak_tflops:
             mfu += f" ({achieved / args.peak_tflops:6.1%} of {args.peak_tflops:g} TFLOP/s)"
         peak = f"peak {memory[name]:8.0f} MB" if memory[name] is not None else "peak n/a"
@@ -173,7 +189,14 @@ def model_steps(args: argparse.Namespace, dtype: torch.dtype, peaks: dict[torch.
             f"step {seconds[name] * 1e3:8.1f} ms  {tokens / seconds[name]:9.0f} target tokens/s  "
             f"{achieved:7.3f} TFLOP/s  {mfu}  {peak}"
         )
-    ours = seconds[f"ours {dtype_name(dtype)}"]
+    ours_name = f"ours {dtype_name(dtype)}"
+    ours_achieved = flops / seconds[ours_name] / 1e12
+    print(
+        "    peak in the same turns (median): "
+        + ", ".join(f"{dtype_name(p)} {tflops:.3f} TFLOP/s" for p, tflops in turn_peaks.items())
+        + f"; {ours_name} against the roofline measured first: MFU {ours_achieved / peaks[dtype]:.1%}"
+    )
+    ours = seconds[ours_name]
     ratios = [f"{seconds[name] / ours:.2f}× {name}" for name in seconds if not name.startswith("ours")]
     print(f"    ours ({dtype_name(dtype)}) target tokens/s: " + ", ".join(ratios))
 

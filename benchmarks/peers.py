@@ -60,20 +60,32 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def matmul_peak_tflops(device: str, dtype: torch.dtype, repeats: int = 5) -> float:
-    """The machine's own dense matrix-product peak in `dtype`: the best of `repeats` square products (2048 on a
-    CPU, 8192 on a GPU), in TFLOP/s. MFU figures divide by it, so they are shares of what this machine reaches."""
+def matmul_products(device: str, dtype: torch.dtype, count: int) -> tuple[Callable[[], None], float]:
+    """A run of `count` square matrix products in `dtype` (2048 on a CPU, 8192 on a GPU) and its FLOPs: the
+    machine's peak in that precision, as a run that can take turns with others."""
     size = 8192 if device.startswith("cuda") else 2048
     a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
+
+    def products() -> None:
+        for _ in range(count):
+            torch.mm(a, b)
+
+    return products, 2 * size**3 * count
+
+
+def matmul_peak_tflops(device: str, dtype: torch.dtype, repeats: int = 5) -> float:
+    """The machine's own dense matrix-product peak in `dtype`: the best of `repeats` square products, in
+    TFLOP/s. MFU figures divide by it, so they are shares of what this machine reaches."""
+    product, flops = matmul_products(device, dtype, 1)
     best = float("inf")
     for round_ in range(repeats + 1):
         synchronize(device)
         start = time.perf_counter()
-        torch.mm(a, b)
+        product()
         synchronize(device)
         if round_:  # the first product warms up the kernels
             best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e12
+    return flops / best / 1e12
 
 
 def print_peaks(device: str) -> dict[torch.dtype, float]:

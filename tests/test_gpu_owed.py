@@ -4,7 +4,8 @@ logs), and the figures it reads from the real output of the commands it runs.
 
 The samples in tests/samples/gpu_owed/ are real output captured on cpu-2 (2026-11-25) with small flags:
 bench_decoding.txt / bench_training.txt from this checkout's benchmarks (`--preset tiny --vocab_size 1000` ...),
-*_auto.txt from their --dtype auto version (rows named by precision, a roofline line), train.txt from a 20-step
+*_auto.txt from their --dtype auto version (rows named by precision, a roofline line; bench_training_auto.txt
+re-captured 2026-11-26 with one thread, when its MFU became a share of the peak measured in the same turns), train.txt from a 20-step
 `scripts/train.py --recipe multi30k`, init_study.txt from a 4-step tiny run, pytest_*.txt from pytest, and
 failure_*.txt from failed commands (the tail of a traceback, train.py's and argparse's error lines).
 """
@@ -395,11 +396,11 @@ def test_training_speed_figures_of_both_output_versions() -> None:
         "job/model step": 300.0,
     }
     assert values(training_speed_figures(sample("bench_training_auto.txt"))) == {
-        "ours/Marian": 1.03,  # "1.30× Marian float32, 1.03× Marian bfloat16"
-        "ours/Marian float32": 1.30,
-        "MFU (datasheet peak)": 0.3,  # "MFU   0.3% (  0.3% of 0.5 TFLOP/s)"
-        "MFU (measured peak)": 0.3,
-        "job/model step": 106.0,
+        "ours/Marian": 0.64,  # "0.66× Marian float32, 0.64× Marian bfloat16"
+        "ours/Marian float32": 0.66,
+        "MFU (datasheet peak)": 1.5,  # "MFU   2.7% (  1.5% of 0.5 TFLOP/s)"
+        "MFU (measured peak)": 2.7,  # not the line of the peaks measured in the same turns below the rows
+        "job/model step": 77.0,
     }
 
 
