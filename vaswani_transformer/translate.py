@@ -195,7 +195,7 @@ def decoded_batches(
         pool.shutdown(cancel_futures=True)
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: see `decode` below
 def translate(
     texts: Sequence[str],
     model: PreTrainedModel,
@@ -232,10 +232,12 @@ def translate(
     precision = decoding_precision(model.dtype, model.device, dtype)
 
     def decode(batch: list[int]) -> list[str]:
-        """One batch's translations (autocast and inference mode are per thread, so entered here)."""
+        """One batch's translations (autocast and grad mode are per thread, so entered here)."""
         inputs = tokenizer.pad({"input_ids": [encodings[i] for i in batch]}, return_tensors="pt")
         check_decoding_budget(model, len(batch), inputs["input_ids"].shape[1], generate_kwargs, count)
-        with torch.inference_mode(), autocast_to(precision, model.dtype, model.device):
+        # no_grad, not inference_mode: autocast keeps its bfloat16 copy of each weight for the whole generate()
+        # only outside inference mode (inside it, every weight is cast again at every decoding step)
+        with torch.no_grad(), autocast_to(precision, model.dtype, model.device):
             outputs = model.generate(**inputs.to(model.device), **generate_kwargs)
         return [text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]
 
