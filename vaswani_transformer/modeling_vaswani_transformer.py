@@ -89,7 +89,8 @@ def apply_dropout(hidden_states: torch.Tensor, p: float, training: bool) -> torc
     entries = hidden_states.numel()
     words = torch.randint(-(2**63), 2**63 - 1, ((entries + 3) // 4,), dtype=torch.int64)
     keep = words.view(torch.int16)[:entries].view(hidden_states.shape) >= round(p * 2**16) - 2**15
-    return hidden_states * keep * (1.0 / (1.0 - p))
+    # the mask in the states' dtype: a product with a boolean converts it again forward and backward
+    return (hidden_states * keep.to(hidden_states.dtype)).mul_(1.0 / (1.0 - p))
 
 
 def autocast_input(states: torch.Tensor) -> torch.Tensor:
