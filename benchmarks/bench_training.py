@@ -14,11 +14,11 @@
     cold caches); figures are per step, medians of --repeats turns. MFU = training FLOPs per step / step time /
     the peak of the step's precision measured in the same turns (a run of square matrix products takes its turn
     with the models, its median beside theirs, so the machine's drift, 18% between runs a minute apart on a
-    2-core CPU, hits both alike; the MFU against the roofline measured first is printed too), counting 2 FLOPs per multiply-add of every matrix product
-    (projections, attention scores and weighted sums, the softmax layer) and training = 3 × forward (backward ≈
-    2 × forward); `training_flops` is the formula. Marian's attention biases and our fused loss do not change the
-    count. --peak_tflops adds MFU against a datasheet figure. --torch_compile compiles our model (and the job's,
-    through the Trainer).
+    2-core CPU, hits both alike; the MFU against the roofline measured first is printed too), counting 2 FLOPs
+    per multiply-add of every matrix product (projections, attention scores and weighted sums, the softmax
+    layer) and training = 3 × forward (backward ≈ 2 × forward); `training_flops` is the formula. Marian's
+    attention biases and our fused loss do not change the count. --peak_tflops adds MFU against a datasheet
+    figure. --torch_compile compiles our model (and the job's, through the Trainer).
 (c) Attention kernels: one causal attention call at the step's shapes, forward and backward, torch's sdpa kernel
     against the eager path's matrix products, in float32 and bfloat16 (why bf16 on a CPU attends with the eager
     kernels).
