@@ -5,8 +5,8 @@ logs), and the figures it reads from the real output of the commands it runs.
 The samples in tests/samples/gpu_owed/ are real output captured on cpu-2 (2026-11-25) with small flags:
 bench_decoding.txt / bench_training.txt from this checkout's benchmarks (`--preset tiny --vocab_size 1000` ...),
 *_auto.txt from their --dtype auto version (rows named by precision, a roofline line; bench_training_auto.txt
-re-captured 2026-11-26 with one thread, when its MFU became a share of the peak measured in the same turns), train.txt from a 20-step
-`scripts/train.py --recipe multi30k`, init_study.txt from a 4-step tiny run, pytest_*.txt from pytest, and
+re-captured 2026-11-26 with one thread, when its MFU became a share of the peak measured in the same turns),
+train.txt from a 20-step `scripts/train.py --recipe multi30k`, init_study.txt from a 4-step tiny run, pytest_*.txt from pytest, and
 failure_*.txt from failed commands (the tail of a traceback, train.py's and argparse's error lines).
 """
 
