@@ -64,7 +64,9 @@ def marian_copy(model: VaswaniTransformerForConditionalGeneration) -> PreTrained
     state["model.shared.weight"] = model.get_input_embeddings().weight
     missing, unexpected = marian.load_state_dict(state, strict=False)
     assert not unexpected, unexpected
-    positions = model.get_encoder().embed_positions(torch.arange(marian.config.max_position_embeddings))
+    positions = model.get_encoder().embed_positions(
+        torch.arange(marian.config.max_position_embeddings, device=model.device)
+    )
     with torch.no_grad():
         for name in missing:  # what Marian has and we do not: its position tables, biases we do not use
             if "embed_positions" in name:

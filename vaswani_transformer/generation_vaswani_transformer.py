@@ -592,6 +592,20 @@ class VaswaniTransformerGenerationMixin(GenerationMixin):
             )
         return self._forward_compiled
 
+    # As transformers' greedy search does, the prefill (the first step, which also sets up the static cache) runs
+    # uncompiled and only the one-token steps replay the compiled forward. Compiled, the prefill moved the cache's
+    # length counter to the GPU inside a CUDA-graph partition, so the counter lived in the graphs' memory pool and the
+    # next step's graph crashed the process (segmentation fault; torch 2.11, transformers 5.17, H200).
+    def _prefill(self, *args: Any, **kwargs: Any) -> Any:
+        step = vars(self).get("forward")
+        if step is None or step is not getattr(self, "_forward_compiled", None):
+            return super()._prefill(*args, **kwargs)
+        del self.forward  # the class's forward for this one call
+        try:
+            return super()._prefill(*args, **kwargs)
+        finally:
+            self.forward = step
+
     # transformers divides a finished beam's log-probability by |Y|^length_penalty. With length_penalty_type
     # "gnmt" we hand it, at each length, the exponent that makes that divisor ((5 + |Y|) / 6)^α instead.
     def _update_finished_beams(
