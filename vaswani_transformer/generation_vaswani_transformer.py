@@ -593,9 +593,9 @@ class VaswaniTransformerGenerationMixin(GenerationMixin):
         return self._forward_compiled
 
     # As transformers' greedy search does, the prefill (the first step, which also sets up the static cache) runs
-    # uncompiled and only the one-token steps replay the compiled forward. Compiled, the prefill moved the cache's
-    # length counter to the GPU inside a CUDA-graph partition, so the counter lived in the graphs' memory pool and the
-    # next step's graph crashed the process (segmentation fault; torch 2.11, transformers 5.17, H200).
+    # uncompiled and only the one-token steps replay the compiled forward. Compiled, the prefill set up the cache
+    # inside a graph, and the next step's CUDA graph, which reads and increments the cache's length counter, crashed
+    # the process (segmentation fault; torch 2.11, transformers 5.17, H200; not with graph partitions turned off).
     def _prefill(self, *args: Any, **kwargs: Any) -> Any:
         step = vars(self).get("forward")
         if step is None or step is not getattr(self, "_forward_compiled", None):
