@@ -234,7 +234,7 @@ def test_a_missing_engine_library_is_named_with_its_install_command(
 
 def test_dtype_float32_keeps_float32_throughout(trained_run, monkeypatch) -> None:
     model_dir = trained_run.model_dir
-    monkeypatch.setattr(precision, "cpu_bf16_is_faster", lambda: True)
+    monkeypatch.setattr(precision, "cpu_bf16_decodes_faster", lambda width: True)
     auto = load_engine(model_dir, EngineOptions(device="cpu"))
     assert auto.decoding_settings()["dtype"] == "bfloat16 (autocast over float32 weights)"
     kept = load_engine(model_dir, EngineOptions(dtype="float32", device="cpu"))

@@ -72,3 +72,61 @@ def test_this_cpu_is_measured_and_described_consistently() -> None:
     assert precision.cpu_bf16_speedup() == speedup  # measured once per process
     assert precision.bf16_is_faster("cpu") == (speedup >= precision.BF16_MIN_SPEEDUP)
     assert f"{speedup:.1f}x float32's speed" in precision.bf16_reason("cpu")
+
+
+def test_the_layer_probe_times_both_precisions_without_touching_global_state() -> None:
+    """The decoding probe runs its linear layer in float32 and under bf16 autocast even inside an autocast region,
+    casting the weight once per run, and leaves the global random state as it was."""
+    rng_state = torch.get_rng_state()
+    recorder = RecordProducts()
+    with torch.autocast("cpu", dtype=torch.bfloat16), recorder:
+        speedup = precision.cpu_bf16_layer_speedup.__wrapped__(48, rows=8, rounds=2, calls=3)
+    assert math.isfinite(speedup) and speedup > 0
+    assert (
+        recorder.dtypes.count(torch.float32) == recorder.dtypes.count(torch.bfloat16) == 9
+    )  # (1 + 2) runs × 3
+    assert torch.equal(torch.get_rng_state(), rng_state)
+
+
+@pytest.mark.parametrize(
+    ("layer_speedup", "expected"),
+    [
+        (0.8, torch.float32),  # an Intel Xeon with AMX at `tiny`'s width 128: bf16 decodes 0.75x as fast
+        (1.5, torch.bfloat16),  # the same CPU at `small`'s 256
+    ],
+)
+def test_decoding_also_needs_the_models_own_layer_to_measure_faster(
+    monkeypatch: pytest.MonkeyPatch, layer_speedup: float, expected: torch.dtype
+) -> None:
+    monkeypatch.setattr(precision, "cpu_bf16_instructions", lambda: "AMX")
+    monkeypatch.setattr(precision, "cpu_bf16_speedup", lambda: 3.5)
+    asked: list[int] = []
+    monkeypatch.setattr(
+        precision, "cpu_bf16_layer_speedup", lambda width: asked.append(width) or layer_speedup
+    )
+    assert precision.bf16_is_faster("cpu")  # training's choice does not depend on it
+    assert precision.decoding_precision(torch.float32, "cpu", width=128) == expected
+    assert asked == [128]
+    assert (
+        precision.decoding_precision(torch.float32, "cpu") == torch.bfloat16
+    )  # width unknown: the CPU's choice
+    assert precision.decoding_precision(torch.float32, "cpu", torch.float32, width=128) == torch.float32
+
+
+def test_a_cpu_whose_bf16_is_slower_never_measures_the_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(precision, "cpu_bf16_instructions", lambda: "AVX512-BF16")
+    monkeypatch.setattr(precision, "cpu_bf16_speedup", lambda: 0.5)
+    monkeypatch.setattr(precision, "cpu_bf16_layer_speedup", lambda width: pytest.fail("measured the layer"))
+    assert precision.decoding_precision(torch.float32, "cpu", width=128) == torch.float32
+
+
+def test_this_cpu_decodes_in_the_precision_its_measurements_give() -> None:
+    """On whatever CPU runs the tests: decoding's choice at a width agrees with the two measurements."""
+    width = 64
+    expected = precision.cpu_bf16_is_faster() and (
+        precision.cpu_bf16_layer_speedup(width) >= precision.DECODING_MIN_SPEEDUP
+    )
+    assert precision.cpu_bf16_layer_speedup(width) == precision.cpu_bf16_layer_speedup(width)  # measured once
+    assert precision.decoding_precision(torch.float32, "cpu", width=width) == (
+        torch.bfloat16 if expected else torch.float32
+    )

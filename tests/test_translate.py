@@ -54,10 +54,11 @@ def test_pipeline_gives_the_translations_of_translate(trained_run, loaded) -> No
 def test_float32_weights_decode_in_bf16_where_the_cpu_computes_it_faster(
     loaded, monkeypatch, native_bf16: bool
 ) -> None:
-    """translate() and the pipeline compute in bfloat16 (autocast over the float32 weights) on a CPU where bf16 is
-    faster (`precision.cpu_bf16_is_faster`, patched both ways), in float32 on one where it is not; dtype=float32 keeps float32, and
-    scores.json's record says what was used."""
-    monkeypatch.setattr(precision, "cpu_bf16_is_faster", lambda: native_bf16)
+    """translate() and the pipeline compute in bfloat16 (autocast over the float32 weights) on a CPU where bf16
+    decodes faster at the model's width (`precision.cpu_bf16_decodes_faster`, patched both ways, asked about the
+    model's d_model), in float32 on one where it is not; dtype=float32 keeps float32."""
+    widths: set[int | None] = set()
+    monkeypatch.setattr(precision, "cpu_bf16_decodes_faster", lambda width: widths.add(width) or native_bf16)
     model, tokenizer = loaded
     assert model.dtype == torch.float32
     expected = torch.bfloat16 if native_bf16 else torch.float32
@@ -81,6 +82,7 @@ def test_float32_weights_decode_in_bf16_where_the_cpu_computes_it_faster(
     recorded = "bfloat16 (autocast over float32 weights)" if native_bf16 else "float32"
     assert decoding_settings(model)["dtype"] == recorded
     assert decoding_settings(model, torch.float32)["dtype"] == "float32"
+    assert widths == {model.config.d_model}
 
 
 def test_translate_command_keeps_one_output_line_per_input_line(

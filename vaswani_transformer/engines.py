@@ -1,7 +1,7 @@
 """Decoding engines behind `vaswani-translate` and `vaswani-evaluate`: PyTorch, or the model's CTranslate2 export.
 
 - torch: `translate.translate` on the model, in the precision `--dtype` names (auto: bfloat16 weights on a GPU
-  that has it; float32 weights on a CPU, computed in bfloat16 autocast where the CPU multiplies it faster,
+  that has it; float32 weights on a CPU, computed in bfloat16 autocast where the CPU multiplies it faster at the model's width,
   `precision.decoding_precision`); `--quantize int8` gives the encoder's and decoder's linear layers dynamic
   int8 (`quantization.quantize_int8`, torchao).
 - onnxruntime: the model's ONNX export (`onnx_export`, exported on first use into a cache folder per model

@@ -170,7 +170,7 @@ def decoding_settings(
         "num_beams": config.num_beams or 1,
         "do_sample": bool(config.do_sample),
     }
-    precision = decoding_precision(model.dtype, model.device, dtype)
+    precision = decoding_precision(model.dtype, model.device, dtype, width=model.config.d_model)
     settings["dtype"] = str(precision).removeprefix("torch.")
     if precision != model.dtype:
         settings["dtype"] += f" (autocast over {str(model.dtype).removeprefix('torch.')} weights)"

@@ -7,7 +7,9 @@ AVX512-BF16 an AMD EPYC (Zen 4) multiplies bfloat16 4x faster than float32, whil
 are hidden by its hypervisor has AVX512-BF16 too and multiplies bfloat16 at half float32's speed
 (benchmarks/RESULTS.md). So a CPU with the instructions is measured once per process (a few milliseconds of
 matrix products) and gets bfloat16 only where it is clearly faster; a CPU without them would convert bfloat16
-through float32 and keeps float32 unmeasured. Shipped beside translate.py as remote code: it imports only torch.
+through float32 and keeps float32 unmeasured. Decoding, whose products are few rows by a model's width, also
+measures the model's own layer (`cpu_bf16_layer_speedup`): an Intel Xeon with AMX is faster in bfloat16 at 512
+wide and slower at `tiny`'s 128. Shipped beside translate.py as remote code: it imports only torch.
 """
 
 import contextlib
@@ -19,6 +21,14 @@ import torch
 # bf16 autocast adds casts around every product, so it must win the products by a clear margin to pay; the CPUs
 # measured so far are far from this line on either side (0.5x and 4x).
 BF16_MIN_SPEEDUP = 1.5
+
+# Decoding multiplies few rows at a time (translate()'s batches: 64 sentences × 4 beams) by weights as wide as the
+# model, where bfloat16's casts and per-product overheads can outweigh its faster arithmetic: an Intel Xeon with AMX
+# multiplies 512 × 512 bfloat16 products 3-3.5x faster than float32 but runs `tiny`'s 128-wide layers at 0.6-0.9x
+# and decodes `tiny` at 0.75x float32's speed, `small` (256 wide, 1.3-1.4x) and `base` faster
+# (benchmarks/RESULTS.md). So decoding in bfloat16 also needs the model's own layer to measure faster, by a margin.
+DECODING_ROWS = 256
+DECODING_MIN_SPEEDUP = 1.1
 
 
 def cpu_bf16_instructions() -> str | None:
@@ -65,6 +75,39 @@ def cpu_bf16_is_faster() -> bool:
     return cpu_bf16_instructions() is not None and cpu_bf16_speedup() >= BF16_MIN_SPEEDUP
 
 
+@functools.cache
+def cpu_bf16_layer_speedup(width: int, rows: int = DECODING_ROWS, rounds: int = 7, calls: int = 10) -> float:
+    """How many times faster a linear layer of `width` inputs and outputs runs on `rows` rows under bf16 autocast
+    than in float32 on this CPU: float32 weights as a model has them, the activations' casts included (autocast
+    keeps each weight's bfloat16 copy for a whole generate(), as here for `calls` calls); best of `rounds`, the
+    precisions taking turns. Measured once per width and process in a few milliseconds, with its own random
+    generator, so it changes no global state."""
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(rows, width, generator=generator)
+    weight = torch.nn.Parameter(torch.randn(width, width, generator=generator))
+    best = {torch.float32: float("inf"), torch.bfloat16: float("inf")}
+    with torch.no_grad():
+        for round_ in range(rounds + 1):  # round 0 warms the kernels up and is not counted
+            for dtype in best:
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+                    start = time.perf_counter()
+                    for _ in range(calls):
+                        torch.nn.functional.linear(inputs, weight)
+                    elapsed = time.perf_counter() - start
+                if round_:
+                    best[dtype] = min(best[dtype], elapsed)
+    return best[torch.float32] / best[torch.bfloat16]
+
+
+def cpu_bf16_decodes_faster(width: int | None) -> bool:
+    """Whether this CPU decodes a model `width` wide (its d_model; None: not known) faster in bfloat16: it computes
+    bfloat16 clearly faster (`cpu_bf16_is_faster`) and the model's own layer measures at least
+    DECODING_MIN_SPEEDUP times float32's under autocast (`cpu_bf16_layer_speedup`)."""
+    if not cpu_bf16_is_faster():
+        return False
+    return width is None or cpu_bf16_layer_speedup(width) >= DECODING_MIN_SPEEDUP
+
+
 def bf16_is_faster(device: torch.device | str) -> bool:
     """Whether `device` computes bfloat16 faster than float32: a CUDA GPU that supports it, or such a CPU."""
     device = torch.device(device)
@@ -89,14 +132,27 @@ def bf16_reason(device: torch.device | str) -> str:
     return f"the CPU has {instructions} but computes bfloat16 at {speedup}, so float32 is faster"
 
 
+def bf16_decodes_faster(device: torch.device | str, width: int | None = None) -> bool:
+    """Whether `device` decodes a model `width` wide faster in bfloat16: a CUDA GPU that supports it, or a CPU
+    where `cpu_bf16_decodes_faster`."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return bf16_is_faster(device)
+    return device.type == "cpu" and cpu_bf16_decodes_faster(width)
+
+
 def decoding_precision(
-    weights: torch.dtype, device: torch.device | str, dtype: torch.dtype | None = None
+    weights: torch.dtype,
+    device: torch.device | str,
+    dtype: torch.dtype | None = None,
+    width: int | None = None,
 ) -> torch.dtype:
-    """The dtype decoding computes in: `dtype` when given, else bfloat16 for float32 weights on a device that
-    computes it faster (autocast; within 0.1 BLEU of float32, benchmarks/RESULTS.md), else the weights' own."""
+    """The dtype decoding computes in: `dtype` when given, else bfloat16 for float32 weights where the device
+    decodes a model `width` wide (its d_model) faster in it (autocast; within 0.1 BLEU of float32,
+    benchmarks/RESULTS.md), else the weights' own."""
     if dtype is not None:
         return dtype
-    if weights == torch.float32 and bf16_is_faster(device):
+    if weights == torch.float32 and bf16_decodes_faster(device, width):
         return torch.bfloat16
     return weights
 

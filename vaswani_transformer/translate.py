@@ -3,7 +3,8 @@
 transformers v5 has no `translation` pipeline; `VaswaniTranslationPipeline` is registered as
 "vaswani-translation" (by `import vaswani_transformer`) and travels with pushed models as remote code, so
 `pipeline("vaswani-translation", model=..., trust_remote_code=True)` works without this package installed.
-Both decode float32 weights in bfloat16 (autocast) on a device that computes it faster than float32 (`precision`); pass
+Both decode float32 weights in bfloat16 (autocast) on a device that computes it faster than float32 at the model's
+width (`precision`); pass
 `dtype=torch.float32` (the pipeline: `decoding_dtype=torch.float32`) to keep float32. This file is shipped as remote
 code with precision.py: it imports only torch, tqdm, transformers and that file.
 """
@@ -212,7 +213,7 @@ def translate(
     Decoding uses the model's generation config (for this package: beam 4, GNMT length penalty α = 0.6,
     output limit = source length + 50, §6.1) unless `generate_kwargs` override it. It computes in `dtype`, by
     default `precision.decoding_precision`'s: bfloat16 autocast for float32 weights on a CPU or GPU that computes
-    bfloat16 faster, else the weights' dtype; `dtype=torch.float32` keeps float32 weights in float32.
+    bfloat16 faster at this model's width (its d_model), else the weights' dtype; `dtype=torch.float32` keeps float32 weights in float32.
     Sources longer than the model's position table are cut to it (`cap_source_lengths`, with a warning). Batches
     hold `batch_size` sentences, by default `BATCH_SIZE` or fewer where a batch of the longest sources would not
     fit in memory (`batch_size_within_budget`); a batch that would not fit is refused before it decodes
@@ -229,7 +230,7 @@ def translate(
     first_batch = [encodings[i] for i in batches[0]]
     count = decoding_workers(model.device, len(batches), workers)
     count = workers_within_budget(model, first_batch, generate_kwargs, count, chosen=workers is not None)
-    precision = decoding_precision(model.dtype, model.device, dtype)
+    precision = decoding_precision(model.dtype, model.device, dtype, width=model.config.d_model)
 
     def decode(batch: list[int]) -> list[str]:
         """One batch's translations (autocast and grad mode are per thread, so entered here)."""
@@ -293,7 +294,9 @@ class VaswaniTranslationPipeline(Pipeline):
         **generate_kwargs: Any,
     ) -> dict[str, torch.Tensor]:
         """generate() in `translate`'s precision: bfloat16 autocast on such devices unless `decoding_dtype`."""
-        precision = decoding_precision(self.model.dtype, self.model.device, decoding_dtype)
+        precision = decoding_precision(
+            self.model.dtype, self.model.device, decoding_dtype, width=self.model.config.d_model
+        )
         with autocast_to(precision, self.model.dtype, self.model.device):
             output_ids = self.model.generate(**model_inputs, **generate_kwargs)
         sentences = model_inputs["input_ids"].shape[0]
