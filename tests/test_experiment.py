@@ -1,5 +1,6 @@
 """The end-to-end job: recipe → data → BPE → training → final model → dev/test scores, resume, two processes."""
 
+import contextlib
 import fcntl
 import json
 import math
@@ -7,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import torch
 from conftest import TINY, tatoeba_files
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from vaswani_transformer import VaswaniTransformerForConditionalGeneration, experiment
+from vaswani_transformer import VaswaniTransformerForConditionalGeneration, experiment, precision
 from vaswani_transformer.data import TokenBudgetBatchSampler, load_parallel, tokenize_parallel
 from vaswani_transformer.experiment import TrainOptions, train_and_evaluate
 from vaswani_transformer.precision import cpu_bf16_decodes_faster
@@ -177,9 +179,31 @@ def test_resume_continues_from_the_last_checkpoint(shared_data: Path, tmp_path: 
     assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_text() == vocabulary
 
 
+# Each rank measures its CPU otherwise (rank 0 bf16 faster, rank 1 not) and says which precision it trains in.
+RANKS_MEASURE_APART = r"""
+import os, sys
+from vaswani_transformer import experiment, precision
+from vaswani_transformer.cli.train import main
+
+rank = os.environ["RANK"]
+precision.cpu_bf16_is_faster = lambda: rank == "0"
+build_trainer = experiment.build_trainer
+
+def saying_its_precision(*args, **kwargs):
+    trainer = build_trainer(*args, **kwargs)
+    print(f"rank {rank} trains in {trainer.accelerator.mixed_precision}", flush=True)
+    return trainer
+
+experiment.build_trainer = saying_its_precision
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_two_process_distributed_training(shared_data: Path, tmp_path: Path) -> None:
     """2 processes (torchrun, gloo DDP on CPU; `accelerate launch --multi_gpu` on GPUs): one vocabulary, sharded
-    token batches, one report."""
+    token batches, one report, one precision: the main process's "auto", though the other measures otherwise."""
+    script = tmp_path / "ranks_measure_apart.py"
+    script.write_text(RANKS_MEASURE_APART, encoding="utf-8")
     m30k = shared_data / "multi30k"
     files = {
         "--train_source": first_lines(m30k / "train.en", 300, tmp_path / "train.en"),
@@ -187,7 +211,7 @@ def test_two_process_distributed_training(shared_data: Path, tmp_path: Path) -> 
         "--test_source": first_lines(m30k / "val.en", 10, tmp_path / "val.en"),
         "--test_target": first_lines(m30k / "val.de", 10, tmp_path / "val.de"),
     }
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "scripts/train.py"]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script)]
     arguments = [item for pair in files.items() for item in pair]
     arguments += ["--vocab_size", "400", "--max_tokens", "512", "--max_steps", "6", "--save_steps", "3"]
     arguments += ["--average_last", "2", "--warmup_steps", "2", "--num_beams", "1", "--dev_size", "0"]
@@ -202,6 +226,7 @@ def test_two_process_distributed_training(shared_data: Path, tmp_path: Path) -> 
     completed = subprocess.run(launch + arguments, capture_output=True, text=True, cwd=REPO, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.count("test sacreBLEU") == 1  # only the main process evaluates and reports
+    assert "rank 0 trains in bf16" in completed.stdout and "rank 1 trains in bf16" in completed.stdout
     assert "Writing model shards" not in completed.stderr  # progress is the job's own line, not a bar a save
     assert "find_unused_parameters=True" not in completed.stderr  # DDP knows every parameter takes part
     state = json.loads((tmp_path / "run" / "checkpoint-6" / "trainer_state.json").read_text())
@@ -276,6 +301,7 @@ def test_overwrite_deletes_only_what_a_run_wrote_and_only_after_the_corpora_load
     train_and_evaluate(TrainOptions(**common, output_dir=run))
     assert sorted(path.name for path in run.iterdir()) == [
         ".vaswani-train.lock", "checkpoint-2", "final", "tokenizer", "train_options.json",
+        "training_precision.json",
     ]  # fmt: skip
     # weights in the run folder have a new file's permissions (safetensors writes 0600), as its options do
     options_mode = (run / "train_options.json").stat().st_mode
@@ -391,6 +417,7 @@ def test_bad_corpora_stop_before_training_with_status_2(
 KILLED_DURING_SAVE = r"""
 import os, signal, sys
 import torch
+from vaswani_transformer import precision
 from vaswani_transformer.cli.train import main
 
 real_save = torch.save
@@ -403,11 +430,17 @@ def save_then_die(obj, file, *args, **kwargs):
     return real_save(obj, file, *args, **kwargs)
 
 torch.save = save_then_die
+precision.cpu_bf16_is_faster = lambda: True  # this process measures bf16 faster: "auto" trains in bf16
 sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_killed_during_a_save_resumes_to_the_uninterrupted_weights(tmp_path: Path, caplog) -> None:
+def test_killed_during_a_save_resumes_to_the_uninterrupted_weights(
+    tmp_path: Path, caplog, monkeypatch
+) -> None:
+    """A run killed while saving checkpoint-4 resumes from checkpoint-2 to the weights of a run never killed, under
+    "auto" in the precision the run began in, though the resuming process measures its CPU otherwise (on a Xeon
+    with AMX the measurement varies between processes across the line: benchmarks/RESULTS.md)."""
     from safetensors.torch import load_file
 
     from vaswani_transformer.cli.train import main
@@ -417,10 +450,8 @@ def test_killed_during_a_save_resumes_to_the_uninterrupted_weights(tmp_path: Pat
     arguments += ["--config_overrides", json.dumps(TINY), "--vocab_size", "300", "--max_tokens", "512"]
     arguments += ["--max_steps", "6", "--warmup_steps", "2", "--save_steps", "2", "--average_last", "3"]
     arguments += ["--final_model", "last", "--dev_size", "0", "--eval_steps", "0", "--num_beams", "1"]
-    # the precision named, not auto: auto measures the CPU in each process, and on a Xeon with AMX that figure
-    # varies between processes across the 1.5x line (benchmarks/RESULTS.md), so the killed process could train
-    # in another precision than this one
-    arguments += ["--examples", "A dog.", "--mixed_precision", "no"]
+    arguments += ["--examples", "A dog.", "--mixed_precision", "auto"]
+    monkeypatch.setattr(precision, "cpu_bf16_is_faster", lambda: True)
     assert main([*arguments, "--output_dir", str(tmp_path / "straight")]) == 0
     killed = subprocess.run(
         [sys.executable, "-c", KILLED_DURING_SAVE, *arguments, "--output_dir", str(tmp_path / "killed")],
@@ -430,8 +461,12 @@ def test_killed_during_a_save_resumes_to_the_uninterrupted_weights(tmp_path: Pat
     half_written = tmp_path / "killed" / "checkpoint-4"
     assert (half_written / "optimizer.pt").read_bytes() == b"half an optimizer state"
     caplog.set_level("INFO")
+    monkeypatch.setattr(precision, "cpu_bf16_is_faster", lambda: False)  # this process would pick float32
     assert main([*arguments, "--output_dir", str(tmp_path / "killed"), "--resume"]) == 0
     messages = [record.getMessage() for record in caplog.records]
+    assert any(m.startswith("--resume: training in the run's precision, bf16 (auto: ") for m in messages)
+    run = json.loads((tmp_path / "killed" / "final" / "training_run.json").read_text())
+    assert run["mixed_precision"] == "bf16" and run["mixed_precision_chosen_by"].startswith("auto: ")
     assert any(
         "skipping an incomplete checkpoint" in m and "checkpoint-4/trainer_state.json" in m for m in messages
     )
@@ -476,3 +511,31 @@ def test_a_collapsed_final_model_scored_anyway_says_why(tmp_path: Path, caplog, 
     with caplog.at_level("WARNING"):
         experiment._check_final_model(options, ["", "", ""], advice="")
     assert reason in caplog.text
+
+
+def test_a_runs_precision_is_decided_once_by_the_main_process(tmp_path: Path, monkeypatch) -> None:
+    """`run_precision`: the main process decides and records; another process reads the record, whatever its own
+    CPU measures; --resume under "auto" keeps a recorded precision; a flag overrides it; the launcher's is asked
+    again."""
+    in_turn = lambda step: contextlib.nullcontext()  # noqa: E731 (one process plays every role here)
+    options = TrainOptions(**tatoeba_files(tmp_path, 10), output_dir=tmp_path)
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    monkeypatch.setattr(precision, "cpu_bf16_is_faster", lambda: True)
+    decided = experiment.run_precision(options, True, in_turn)
+    assert decided.mixed_precision == "bf16" and decided.chosen_by.startswith("auto: ")
+    monkeypatch.setattr(precision, "cpu_bf16_is_faster", lambda: False)
+    assert experiment.run_precision(options, False, in_turn) == decided  # another rank: the record's
+    resumed = replace(options, resume=True)
+    assert experiment.run_precision(resumed, True, in_turn) == decided  # kept, though this CPU now says fp32
+    assert experiment.run_precision(options, True, in_turn).mixed_precision == "no"  # a new run decides anew
+    named = experiment.run_precision(replace(resumed, mixed_precision="bf16"), True, in_turn)
+    assert named == experiment.RunPrecision("bf16", "--mixed_precision bf16")
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp16")
+    launcher = experiment.run_precision(options, True, in_turn)
+    assert launcher == experiment.RunPrecision(
+        "auto", "auto: the launcher's (accelerate launch --mixed_precision)"
+    )
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION")
+    assert (
+        experiment.run_precision(resumed, True, in_turn).mixed_precision == "no"
+    )  # no launcher now: measured

@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Literal
@@ -77,7 +77,9 @@ from .training import (
     MIXED_PRECISIONS,
     TokenBudgetSeq2SeqTrainer,
     auto_precision_reason,
+    bf16_available,
     build_trainer,
+    mixed_precision_arguments,
     paper_training_arguments,
 )
 from .translate import BATCH_SIZE, translate
@@ -184,7 +186,8 @@ class TrainOptions:
         default="auto",
         metadata=_help(
             "auto: the launcher's (accelerate launch --mixed_precision), else bf16 autocast where the device "
-            "computes it faster (GPUs with bf16; CPUs with AVX512-BF16 or AMX whose bf16 products measure at least 1.5x float32's), else fp32"
+            "computes it faster (GPUs with bf16; CPUs with AVX512-BF16 or AMX whose bf16 products measure at least 1.5x float32's), else fp32; "
+            "decided once per run and kept by --resume (training_precision.json)"
         ),
     )
     torch_compile: bool = field(
@@ -446,8 +449,10 @@ def _is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+# The precision a run trains in, decided once at its start (`run_precision`)
+PRECISION_FILE = "training_precision.json"
 # What a run writes at the top of its --output_dir: the only entries --overwrite may delete.
-RUN_FILES = ("train_options.json",)
+RUN_FILES = ("train_options.json", PRECISION_FILE)
 # runs/: TensorBoard's logs (--report_to); tokenized/: the tokenised pairs of runs before the data cache
 RUN_FOLDERS = ("tokenizer", "tokenized", "final", "runs")
 RUN_FOLDER_PATTERNS = ("checkpoint-*", "incomplete-checkpoint-*")
@@ -944,17 +949,56 @@ def _precision_name(args: Seq2SeqTrainingArguments) -> str:
     return os.environ.get("ACCELERATE_MIXED_PRECISION", "fp32").replace("no", "fp32")
 
 
-def precision_choice(options: TrainOptions) -> str:
-    """Who chose the training precision, and why: the flag, the launcher, or "auto" from the hardware."""
+@dataclass(frozen=True)
+class RunPrecision:
+    """The precision a run trains in ("no", "fp16", "bf16", or "auto": the launcher's) and who chose it, why."""
+
+    mixed_precision: str
+    chosen_by: str
+
+
+def _decide_precision(options: TrainOptions) -> RunPrecision:
+    """The flag's precision, else the launcher's (accelerate launch --mixed_precision), else this machine's."""
     if options.mixed_precision != "auto":
-        return f"--mixed_precision {options.mixed_precision}"
+        return RunPrecision(options.mixed_precision, f"--mixed_precision {options.mixed_precision}")
     if "ACCELERATE_MIXED_PRECISION" in os.environ:
-        return "auto: the launcher's (accelerate launch --mixed_precision)"
-    return f"auto: {auto_precision_reason()}"
+        return RunPrecision("auto", "auto: the launcher's (accelerate launch --mixed_precision)")
+    return RunPrecision("bf16" if bf16_available() else "no", f"auto: {auto_precision_reason()}")
+
+
+def run_precision(
+    options: TrainOptions, is_main_process: bool, in_turn: Callable[[str], contextlib.AbstractContextManager]
+) -> RunPrecision:
+    """The precision this run trains in, decided once by the main process and kept in the run folder
+    (PRECISION_FILE), where every process of a distributed run reads it and `--resume` under "auto" finds it.
+
+    "auto" measures the CPU (`precision.cpu_bf16_is_faster`), and on an Intel Xeon with AMX that figure varies
+    between processes across the line (benchmarks/RESULTS.md): decided in each process, ranks or a resumed run
+    could train in another precision than the run began in. A precision named by flag or launcher is kept too.
+    """
+    record = options.output_dir / PRECISION_FILE
+    with in_turn("deciding the training precision"):
+        if is_main_process:
+            kept = _kept_precision(record) if options.resume and options.mixed_precision == "auto" else None
+            decided = kept or _decide_precision(options)
+            record.write_text(json.dumps(asdict(decided), indent=2) + "\n", encoding="utf-8")
+            if kept is not None:
+                logger.info(
+                    f"--resume: training in the run's precision, {kept.mixed_precision} ({kept.chosen_by})"
+                )
+    return RunPrecision(**json.loads(record.read_text(encoding="utf-8")))
+
+
+def _kept_precision(record: Path) -> RunPrecision | None:
+    """The precision a run folder's record names, if it names one (not the launcher's, which is asked again)."""
+    if not record.is_file():  # a run from before the record, or one killed before it was written
+        return None
+    kept = RunPrecision(**json.loads(record.read_text(encoding="utf-8")))
+    return kept if kept.mixed_precision != "auto" else None
 
 
 def _write_training_run(
-    trainer: TokenBudgetSeq2SeqTrainer, train_seconds: float, folder: Path, options: TrainOptions
+    trainer: TokenBudgetSeq2SeqTrainer, train_seconds: float, folder: Path, precision: RunPrecision
 ) -> None:
     """How the model was trained (steps, time, hardware, precision and why, versions), for its model card."""
     args = trainer.args
@@ -969,7 +1013,7 @@ def _write_training_run(
         "mixed_precision": {"no": "fp32"}.get(
             trainer.accelerator.mixed_precision, trainer.accelerator.mixed_precision
         ),
-        "mixed_precision_chosen_by": precision_choice(options),
+        "mixed_precision_chosen_by": precision.chosen_by,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
     (folder / "training_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
@@ -1004,9 +1048,15 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     corpora = load_corpora(options)  # read and checked before --overwrite deletes anything
     if options.overwrite and is_main_process and options.output_dir.is_dir():
         _delete_earlier_run(options.output_dir)
-    # local=False: on several machines, one process (on a shared --output_dir) writes what all of them read.
+
+    def in_turn(step: str) -> contextlib.AbstractContextManager:
+        # local=False: on several machines, one process (on a shared --output_dir) writes what all of them read
+        return args.main_process_first(local=False, desc=step)
+
+    precision = run_precision(options, is_main_process, in_turn)
+    args = replace(args, **mixed_precision_arguments(precision.mixed_precision))
     tokenizer, tokenized, filter_stats = prepare_training_data(
-        options, corpora.train, is_main_process, lambda step: args.main_process_first(local=False, desc=step)
+        options, corpora.train, is_main_process, in_turn
     )
     logger.info(filter_stats.summary())
     dev = None
@@ -1018,7 +1068,7 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     logger.info(
         f"model: preset {options.preset}, {model.num_parameters():,} parameters, init {config.init_scheme}; "
         f"peak learning rate {args.learning_rate:.2e} at step {options.warmup_steps}; "
-        f"{_precision_name(args)} ({precision_choice(options)})"
+        f"{_precision_name(args)} ({precision.chosen_by})"
     )
     if is_main_process:
         _write_options(options, options.output_dir)
@@ -1033,7 +1083,7 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     model_dir = _final_model_dir(options, trainer)
     tokenizer.save_pretrained(model_dir)
     _write_options(options, model_dir)
-    _write_training_run(trainer, train_seconds, model_dir, options)
+    _write_training_run(trainer, train_seconds, model_dir, precision)
     keep_decoding_settings(options, model_dir)
     plot_training_curve(trainer.state.log_history, model_dir / "training_curve.png", unigram_floor=floor)
     scores, dev_scores, examples = evaluate_final_model(options, model_dir, corpora, advice)

@@ -15,6 +15,7 @@ wide and slower at `tiny`'s 128. Shipped beside translate.py as remote code: it 
 import contextlib
 import functools
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -42,15 +43,13 @@ def cpu_bf16_instructions() -> str | None:
     return None
 
 
-def _best_product_seconds(
-    operands: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]], rounds: int
-) -> dict[torch.dtype, float]:
-    """The fastest of `rounds` products per dtype, dtypes taking turns so that a change of load hits both."""
-    best = dict.fromkeys(operands, float("inf"))
+def _best_seconds(work: dict[torch.dtype, Callable[[], object]], rounds: int) -> dict[torch.dtype, float]:
+    """The fastest of `rounds` runs of each dtype's work, dtypes taking turns so that a change of load hits both."""
+    best = dict.fromkeys(work, float("inf"))
     for round_ in range(rounds + 1):  # round 0 warms the kernels up and is not counted
-        for dtype, (a, b) in operands.items():
+        for dtype, run in work.items():
             start = time.perf_counter()
-            torch.mm(a, b)
+            run()
             elapsed = time.perf_counter() - start
             if round_:
                 best[dtype] = min(best[dtype], elapsed)
@@ -64,9 +63,10 @@ def cpu_bf16_speedup(size: int = 512, rounds: int = 7) -> float:
     generator and no autocast, so it changes no global state."""
     generator = torch.Generator().manual_seed(0)
     a, b = (torch.randn(size, size, generator=generator) for _ in range(2))
-    operands = {torch.float32: (a, b), torch.bfloat16: (a.bfloat16(), b.bfloat16())}
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    products = {torch.float32: lambda: torch.mm(a, b), torch.bfloat16: lambda: torch.mm(a16, b16)}
     with torch.inference_mode(), torch.autocast("cpu", enabled=False):
-        best = _best_product_seconds(operands, rounds)
+        best = _best_seconds(products, rounds)
     return best[torch.float32] / best[torch.bfloat16]
 
 
@@ -86,17 +86,15 @@ def cpu_bf16_layer_speedup(width: int, rows: int = DECODING_ROWS, rounds: int = 
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(rows, width, generator=generator)
     weight = torch.nn.Parameter(torch.randn(width, width, generator=generator))
-    best = {torch.float32: float("inf"), torch.bfloat16: float("inf")}
+
+    def layer_calls(autocast: bool) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            for _ in range(calls):
+                torch.nn.functional.linear(inputs, weight)
+
+    runs = {torch.float32: lambda: layer_calls(False), torch.bfloat16: lambda: layer_calls(True)}
     with torch.no_grad():
-        for round_ in range(rounds + 1):  # round 0 warms the kernels up and is not counted
-            for dtype in best:
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-                    start = time.perf_counter()
-                    for _ in range(calls):
-                        torch.nn.functional.linear(inputs, weight)
-                    elapsed = time.perf_counter() - start
-                if round_:
-                    best[dtype] = min(best[dtype], elapsed)
+        best = _best_seconds(runs, rounds)
     return best[torch.float32] / best[torch.bfloat16]
 
 
