@@ -20,8 +20,9 @@ from collections.abc import Callable
 import torch
 
 # bf16 autocast adds casts around every product, so it must win the products by a clear margin to pay; the CPUs
-# measured so far: 0.5x (a Xeon, AMX hidden), 4x (an AMD EPYC), 2.8-3.5x (a Xeon with AMX; 1.7x once, in a busy
-# process, which still picks bfloat16 there: its `small` training step is 2.1x faster in it, `tiny`'s even).
+# measured so far: 0.5x (a Xeon, AMX hidden), 4x (an AMD EPYC), 1.5-5x (a Xeon with AMX on a noisy host, moving
+# with the host's load from one second to the next; its `small` training step is 2.1x faster in bfloat16, `tiny`'s
+# even). A training run decides once and keeps its choice (`experiment.run_precision`).
 BF16_MIN_SPEEDUP = 1.5
 
 # Decoding multiplies few rows at a time (translate()'s batches: 64 sentences × 4 beams) by weights as wide as the
