@@ -292,6 +292,7 @@ def test_overwrite_deletes_only_what_a_run_wrote_and_only_after_the_corpora_load
     run = tmp_path / "run"
     (run / "checkpoint-900").mkdir(parents=True)
     (run / "train_options.json").write_text("{}")
+    (run / ".training_precision.json.tmp").write_text("{")  # a run killed while writing its precision
     short_target = tmp_path / "short.de"  # one line fewer than the source: the corpora fail to load
     lines = Path(common["train_target"]).read_text(encoding="utf-8").splitlines(keepends=True)
     short_target.write_text("".join(lines[:-1]), encoding="utf-8")

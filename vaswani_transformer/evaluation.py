@@ -243,7 +243,7 @@ def score_with_tokenizer(
     )
 
 
-def _write_text_atomically(path: Path, text: str) -> None:
+def write_text_atomically(path: Path, text: str) -> None:
     """Write to a temporary name beside `path`, then rename: a failure leaves the earlier file whole."""
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(text, encoding="utf-8")
@@ -252,9 +252,9 @@ def _write_text_atomically(path: Path, text: str) -> None:
 
 def write_scores(folder: Path, hypotheses: Sequence[str], scores: dict, *, name: str = "") -> Path:
     """Write `{name}hypotheses.txt` and `{name}scores.json` into `folder`; returns the scores file."""
-    _write_text_atomically(folder / f"{name}hypotheses.txt", "\n".join(hypotheses) + "\n")
+    write_text_atomically(folder / f"{name}hypotheses.txt", "\n".join(hypotheses) + "\n")
     path = folder / f"{name}scores.json"
-    _write_text_atomically(path, json.dumps(scores, indent=2) + "\n")
+    write_text_atomically(path, json.dumps(scores, indent=2) + "\n")
     return path
 
 

@@ -48,7 +48,13 @@ from .data import (
     train_test_split_fixed,
 )
 from .engines import TorchEngine
-from .evaluation import dev_metrics, load_for_decoding, translate_and_score, write_scores
+from .evaluation import (
+    dev_metrics,
+    load_for_decoding,
+    translate_and_score,
+    write_scores,
+    write_text_atomically,
+)
 from .hub import push_to_hub
 from .locations import is_local_path
 from .modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
@@ -451,8 +457,9 @@ def _is_main_process() -> bool:
 
 # The precision a run trains in, decided once at its start (`run_precision`)
 PRECISION_FILE = "training_precision.json"
-# What a run writes at the top of its --output_dir: the only entries --overwrite may delete.
-RUN_FILES = ("train_options.json", PRECISION_FILE)
+# What a run writes at the top of its --output_dir: the only entries --overwrite may delete (with the temporary
+# name `write_text_atomically` gives the record, should a run be killed while writing it).
+RUN_FILES = ("train_options.json", PRECISION_FILE, f".{PRECISION_FILE}.tmp")
 # runs/: TensorBoard's logs (--report_to); tokenized/: the tokenised pairs of runs before the data cache
 RUN_FOLDERS = ("tokenizer", "tokenized", "final", "runs")
 RUN_FOLDER_PATTERNS = ("checkpoint-*", "incomplete-checkpoint-*")
@@ -981,7 +988,7 @@ def run_precision(
         if is_main_process:
             kept = _kept_precision(record) if options.resume and options.mixed_precision == "auto" else None
             decided = kept or _decide_precision(options)
-            record.write_text(json.dumps(asdict(decided), indent=2) + "\n", encoding="utf-8")
+            write_text_atomically(record, json.dumps(asdict(decided), indent=2) + "\n")
             if kept is not None:
                 logger.info(
                     f"--resume: training in the run's precision, {kept.mixed_precision} ({kept.chosen_by})"
