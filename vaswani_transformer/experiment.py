@@ -1060,11 +1060,12 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
         # local=False: on several machines, one process (on a shared --output_dir) writes what all of them read
         return args.main_process_first(local=False, desc=step)
 
-    precision = run_precision(options, is_main_process, in_turn)
-    args = replace(args, **mixed_precision_arguments(precision.mixed_precision))
     tokenizer, tokenized, filter_stats = prepare_training_data(
         options, corpora.train, is_main_process, in_turn
     )
+    # recorded once the folder holds the run's vocabulary: a run that fails before leaves no record behind
+    precision = run_precision(options, is_main_process, in_turn)
+    args = replace(args, **mixed_precision_arguments(precision.mixed_precision))
     logger.info(filter_stats.summary())
     dev = None
     if corpora.dev is not None:
