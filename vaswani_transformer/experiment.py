@@ -993,6 +993,11 @@ def run_precision(
                 logger.info(
                     f"--resume: training in the run's precision, {kept.mixed_precision} ({kept.chosen_by})"
                 )
+            return decided
+    return _read_precision(record)  # the other processes, once the main one has written it
+
+
+def _read_precision(record: Path) -> RunPrecision:
     return RunPrecision(**json.loads(record.read_text(encoding="utf-8")))
 
 
@@ -1000,7 +1005,7 @@ def _kept_precision(record: Path) -> RunPrecision | None:
     """The precision a run folder's record names, if it names one (not the launcher's, which is asked again)."""
     if not record.is_file():  # a run from before the record, or one killed before it was written
         return None
-    kept = RunPrecision(**json.loads(record.read_text(encoding="utf-8")))
+    kept = _read_precision(record)
     return kept if kept.mixed_precision != "auto" else None
 
 
