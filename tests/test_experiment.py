@@ -540,3 +540,26 @@ def test_a_runs_precision_is_decided_once_by_the_main_process(tmp_path: Path, mo
     assert (
         experiment.run_precision(resumed, True, in_turn).mixed_precision == "no"
     )  # no launcher now: measured
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [("{not json", "cannot be read"), ('{"precision": "bf16"}', "cannot be read"), ("[]", "cannot be read"),
+     ('{"mixed_precision": "fp8", "chosen_by": "me"}', "names an unknown precision, 'fp8'")],
+)  # fmt: skip
+def test_a_hand_edited_precision_record_stops_resume_with_the_fix(
+    tmp_path: Path, monkeypatch, text: str, problem: str
+) -> None:
+    """--resume under "auto" over a precision record it cannot use stops before training (RunFolderError: the
+    command exits 2) naming the file and both ways out, and leaves the record as it was."""
+    in_turn = lambda step: contextlib.nullcontext()  # noqa: E731
+    options = TrainOptions(**tatoeba_files(tmp_path, 10), output_dir=tmp_path, resume=True)
+    record = tmp_path / experiment.PRECISION_FILE
+    record.write_text(text, encoding="utf-8")
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    with pytest.raises(experiment.RunFolderError, match=problem) as stopped:
+        experiment.run_precision(options, True, in_turn)
+    assert str(record) in str(stopped.value) and "--mixed_precision {bf16,fp16,no}" in str(stopped.value)
+    assert "delete the file" in str(stopped.value) and record.read_text(encoding="utf-8") == text
+    named = experiment.run_precision(replace(options, mixed_precision="no"), True, in_turn)
+    assert named == experiment.RunPrecision("no", "--mixed_precision no")  # the flag's way out works

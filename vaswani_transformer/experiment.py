@@ -998,7 +998,19 @@ def run_precision(
 
 
 def _read_precision(record: Path) -> RunPrecision:
-    return RunPrecision(**json.loads(record.read_text(encoding="utf-8")))
+    """The record's precision; RunFolderError if it names none (only a hand edit can do that: it is written whole)."""
+    try:
+        kept = RunPrecision(**json.loads(record.read_text(encoding="utf-8")))
+    except (ValueError, TypeError) as error:  # not JSON (ValueError), not the two fields (TypeError)
+        problem = f"cannot be read ({error})"
+    else:
+        if kept.mixed_precision in MIXED_PRECISIONS:
+            return kept
+        problem = f"names an unknown precision, {kept.mixed_precision!r}"
+    raise RunFolderError(
+        f"{record} {problem}. Name the precision with --mixed_precision {{bf16,fp16,no}}, or delete the file to "
+        "let --resume decide again."
+    )
 
 
 def _kept_precision(record: Path) -> RunPrecision | None:
