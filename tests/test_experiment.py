@@ -543,6 +543,25 @@ def test_a_runs_precision_is_decided_once_by_the_main_process(tmp_path: Path, mo
 
 
 @pytest.mark.parametrize(
+    "flags, launcher, name",
+    [({"bf16": True}, None, "bf16 autocast"), ({"fp16": True}, None, "fp16 autocast"), ({}, None, "fp32"),
+     ({}, "fp16", "fp16 autocast"), ({}, "bf16", "bf16 autocast"), ({}, "no", "fp32")],
+)  # fmt: skip
+def test_the_training_precision_is_named_alike_whoever_chose_it(
+    monkeypatch, flags: dict[str, bool], launcher: str | None, name: str
+) -> None:
+    """The log's "model: ..." line names the precision the same way whether the flag chose it or the launcher did
+    (ACCELERATE_MIXED_PRECISION): `accelerate launch --mixed_precision fp16` trains in fp16 autocast, and the
+    line says so, not a bare "fp16" (what benchmarks/gpu_owed.py's launcher-fp16 item read on an H200)."""
+    if launcher is None:
+        monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    else:
+        monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", launcher)
+    args = experiment.Seq2SeqTrainingArguments(output_dir="unused", report_to=[], use_cpu=True, **flags)
+    assert experiment._precision_name(args) == name
+
+
+@pytest.mark.parametrize(
     "text, problem",
     [("{not json", "cannot be read"), ('{"precision": "bf16"}', "cannot be read"), ("[]", "cannot be read"),
      ('{"mixed_precision": "fp8", "chosen_by": "me"}', "names an unknown precision, 'fp8'")],

@@ -951,9 +951,12 @@ def _push_final_model(options: TrainOptions, model_dir: Path) -> str | None:
 
 
 def _precision_name(args: Seq2SeqTrainingArguments) -> str:
+    """How the run trains, named alike whoever chose it: "bf16 autocast", "fp16 autocast" or "fp32"."""
     if args.bf16 or args.fp16:
-        return f"{'bf16' if args.bf16 else 'fp16'} autocast"
-    return os.environ.get("ACCELERATE_MIXED_PRECISION", "fp32").replace("no", "fp32")
+        name = "bf16" if args.bf16 else "fp16"
+    else:  # the launcher's choice, which the Trainer's Accelerator reads from the environment
+        name = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    return "fp32" if name == "no" else f"{name} autocast"
 
 
 @dataclass(frozen=True)
