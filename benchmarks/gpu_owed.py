@@ -233,7 +233,7 @@ ITEMS: tuple[Item, ...] = (
     bench_training(
         "training-base-compiled-bf16",
         f"{BASE_STEP} --max_tokens 8192 --steps 300 --peak_tflops 989 --torch_compile",
-        540,  # 300 s ran out on an H200 (2026-11-27): the job's variable-length batches were still compiling
+        540,  # 300 s ran out on an H200 (2026-11-27): the compiled job printed nothing for 4 min after tokenising
         mfu_target=40,
     ),
     # 89 s on an H200 (2026-11-27)
