@@ -24,10 +24,10 @@ from typing import TypeVar
 import numpy as np
 
 from vaswani_transformer.data import TokenBudgetBatchSampler, load_tatoeba, load_text_pair
-from vaswani_transformer.experiment import TrainOptions, data_cache_folder, prepare_training_data
-from vaswani_transformer.prepared import texts_for_bpe
-from vaswani_transformer.token_arrays import PaddedPairBatches
-from vaswani_transformer.tokenization import train_bpe
+from vaswani_transformer.data.prepared import texts_for_bpe
+from vaswani_transformer.data.token_arrays import PaddedPairBatches
+from vaswani_transformer.data.tokenization import train_bpe
+from vaswani_transformer.training import TrainOptions, data_cache_folder, prepare_training_data
 
 SENTENCES_PER_LINE = 4
 T = TypeVar("T")

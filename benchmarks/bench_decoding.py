@@ -53,8 +53,8 @@ from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForC
 from vaswani_transformer.data import read_text_lines
 from vaswani_transformer.engines import EngineOptions, TorchEngine, load_engine
 from vaswani_transformer.evaluation import decoding_dtype, load_for_decoding, score_with_tokenizer
-from vaswani_transformer.precision import autocast_to
-from vaswani_transformer.translate import BATCH_SIZE, length_sorted_batches
+from vaswani_transformer.modeling.pipeline_vaswani_transformer import BATCH_SIZE, length_sorted_batches
+from vaswani_transformer.modeling.precision_vaswani_transformer import autocast_to
 
 
 def marian_copy(model: VaswaniTransformerForConditionalGeneration) -> PreTrainedModel:
@@ -211,7 +211,8 @@ def report(
 
 def ctranslate2_threads(device: str) -> dict[str, int]:
     """One thread per core on a CPU, each decoding its share of the batch: small models are step-bound, and two
-    1-thread translators decode twice what one 2-thread translator does (cpu-2, benchmarks/RESULTS.md)."""
+    1-thread translators keep both cores busy where one 2-thread translator leaves them waiting (the
+    package's own CTranslate2Translator decodes so too)."""
     return {"intra_threads": 1, "inter_threads": torch.get_num_threads()} if device == "cpu" else {}
 
 
@@ -233,7 +234,7 @@ def ctranslate2_twins(
     """Our model exported to CTranslate2 (token names t0 … tV-1), run with float and int8 weights."""
     import ctranslate2
 
-    from vaswani_transformer.export import ctranslate2_spec
+    from vaswani_transformer.engines.ctranslate2 import ctranslate2_spec
 
     class NumberedTokens:  # what the export reads of a tokenizer
         unk_token = "t1"
@@ -346,7 +347,7 @@ def test_set(args: argparse.Namespace) -> TestSet:
                 for path in (args.references, args.references_tokenized)
             ),
         )
-    from vaswani_transformer.experiment import TrainOptions, load_corpora
+    from vaswani_transformer.training import TrainOptions, load_corpora
 
     corpora = load_corpora(TrainOptions.from_recipe(args.recipe))
     count = min(len(corpora.test), args.max_sentences)

@@ -55,10 +55,12 @@ from transformers import PreTrainedModel
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import load_text_pair, tokenize_parallel
-from vaswani_transformer.modeling_vaswani_transformer import eager_attention_forward
-from vaswani_transformer.monitoring import TrainingProgress
-from vaswani_transformer.tokenization import train_bpe
+from vaswani_transformer.data.tokenization import train_bpe
+from vaswani_transformer.modeling.modeling_vaswani_transformer import eager_attention_forward
 from vaswani_transformer.training import ADAM_BETAS, ADAM_EPSILON, build_trainer, paper_training_arguments
+from vaswani_transformer.training.monitoring import TrainingProgress
+from vaswani_transformer.training.options import DEFAULTS
+from vaswani_transformer.training.precision import decide_precision
 
 # square matrix products in a turn of the peak runs (0.2 s in bfloat16 on 2 CPU cores)
 PEAK_PRODUCTS_PER_TURN = 10
@@ -246,15 +248,21 @@ def job_against_model_step(args: argparse.Namespace, dtype: torch.dtype) -> None
     model = VaswaniTransformerForConditionalGeneration(config)
     log_every = max(1, args.steps // 3)
     with tempfile.TemporaryDirectory() as output_dir:
+        recipe = {name: DEFAULTS[name] for name in ("warmup_steps", "lr_scale", "save_steps", "average_last")}
         training_args = paper_training_arguments(
             output_dir,
             config.d_model,
             max_steps=args.steps,
+            **recipe,
+            eval_steps=0,
             logging_steps=log_every,
+            seed=0,
             save_strategy="no",
-            mixed_precision="bf16" if dtype == torch.bfloat16 else "no",
             torch_compile=args.torch_compile,
             use_cpu=args.device == "cpu",
+        )
+        training_args = decide_precision("bf16" if dtype == torch.bfloat16 else "no").applied_to(
+            training_args
         )
         trainer = build_trainer(
             model, tokenizer, tokenized, training_args, args.max_tokens, callbacks=[TrainingProgress()]

@@ -42,11 +42,11 @@ from transformers import DataCollatorForSeq2Seq, get_inverse_sqrt_schedule
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import TokenBudgetBatchSampler, load_parallel, tokenize_parallel
-from vaswani_transformer.monitoring import is_degenerate, unigram_loss
-from vaswani_transformer.token_arrays import TokenizedPairs
-from vaswani_transformer.tokenization import train_bpe
+from vaswani_transformer.data.token_arrays import TokenizedPairs
+from vaswani_transformer.data.tokenization import train_bpe
+from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
 from vaswani_transformer.training import ADAM_BETAS, ADAM_EPSILON
-from vaswani_transformer.translate import translate
+from vaswani_transformer.training.monitoring import is_degenerate, unigram_loss
 
 SUBLAYERS = ("self_attn", "encoder_attn", "feed_forward")
 

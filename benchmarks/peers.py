@@ -10,7 +10,7 @@ import torch
 from transformers import MarianConfig, MarianMTModel
 
 from vaswani_transformer import VaswaniTransformerConfig
-from vaswani_transformer.precision import bf16_is_faster
+from vaswani_transformer.modeling.precision_vaswani_transformer import bf16_is_faster
 
 
 def marian_twin(config: VaswaniTransformerConfig) -> MarianMTModel:

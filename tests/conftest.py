@@ -16,6 +16,8 @@ import torch
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import load_tatoeba
+from vaswani_transformer.training import paper_training_arguments
+from vaswani_transformer.training.options import DEFAULTS
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -49,6 +51,23 @@ def tatoeba_files(tmp_path: Path, count: int) -> dict[str, str]:
             path.write_text("\n".join(rows[side]) + "\n", encoding="utf-8")
             files[f"{split}_{side}"] = str(path)
     return files
+
+
+RECIPE_SETTINGS = (
+    "warmup_steps",
+    "lr_scale",
+    "save_steps",
+    "average_last",
+    "eval_steps",
+    "logging_steps",
+    "seed",
+)
+
+
+def paper_arguments(output_dir: Path, d_model: int = 32, *, max_steps: int, **settings: object):
+    """`paper_training_arguments` with recipes/defaults.yaml's values for the settings a test leaves out."""
+    defaults = {name: DEFAULTS[name] for name in RECIPE_SETTINGS}
+    return paper_training_arguments(output_dir, d_model, max_steps=max_steps, **{**defaults, **settings})
 
 
 def tiny_config(**overrides: object) -> VaswaniTransformerConfig:
@@ -224,7 +243,7 @@ def save_random_model(trained_dir: Path, folder: Path, **config_overrides: objec
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
     """The main job (recipe tatoeba, embedded corpus) in miniature, run with --push_to_hub against a FakeHub and
     --report_to tensorboard."""
-    from vaswani_transformer.experiment import TrainOptions, train_and_evaluate
+    from vaswani_transformer.training import TrainOptions, train_and_evaluate
 
     options = TrainOptions.from_recipe(
         "tatoeba",

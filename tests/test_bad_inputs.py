@@ -20,10 +20,11 @@ import transformers
 from huggingface_hub import constants
 
 from tests.conftest import TINY, tatoeba_files
-from vaswani_transformer import VaswaniTransformerForConditionalGeneration, experiment
+from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.cli import average, evaluate, export, push, train
 from vaswani_transformer.cli import translate as translate_cli
-from vaswani_transformer.tokenization import train_bpe
+from vaswani_transformer.data.tokenization import train_bpe
+from vaswani_transformer.training.run_folder import LOCK_FILE
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "train": train.main,
@@ -118,7 +119,7 @@ def corpus_replaced(flag: str, content: bytes) -> Callable[[Workspace], list[str
 def hold_lock(ws: Workspace) -> None:
     folder = Path(ws.new)
     folder.mkdir()
-    descriptor = os.open(folder / experiment.LOCK_FILE, os.O_CREAT | os.O_RDWR)
+    descriptor = os.open(folder / LOCK_FILE, os.O_CREAT | os.O_RDWR)
     fcntl.flock(
         descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB
     )  # held until the test process ends: another training
@@ -232,8 +233,10 @@ CASES: dict[str, Case] = {
         overrides("{d_model: 64"),
         "argument --config_overrides/--config-overrides: invalid JsonDict value",
     ),
-    "train dropout twice": Case(
-        "train", lambda ws: [*overrides('{"dropout": 0.1}')(ws), "--dropout", "0.3"], "dropout is given twice"
+    "train dropout in config overrides": Case(
+        "train",
+        overrides('{"dropout": 0.1}'),
+        "--config_overrides cannot set dropout: residual dropout is the setting --dropout",
     ),
     # train: combinations
     "train best without dev": Case(

@@ -30,6 +30,7 @@ def test_training_flops_count_every_matrix_product_of_a_real_step(fused_loss: bo
     assert counter.get_total_flops() == training_flops(config, batch=3, source_length=7, target_length=5)
 
 
+@pytest.mark.slow
 def test_the_data_benchmark_builds_aligned_pairs_of_several_tatoeba_pairs(tmp_path: Path) -> None:
     """bench_data.py's corpus: N aligned lines, each SENTENCES_PER_LINE embedded pairs joined, seeded."""
     from bench_data import SENTENCES_PER_LINE, build_corpus

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from vaswani_transformer.cli.train import parse_options
-from vaswani_transformer.experiment import check_inputs
+from vaswani_transformer.training import check_inputs
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -234,6 +234,7 @@ def test_the_training_items_parse_and_find_their_data(shared_data: Path, tmp_pat
         assert str(options.data_dir) == str(shared_data) or "--recipe" not in arguments
 
 
+@pytest.mark.slow
 def test_the_benchmark_items_use_flags_their_scripts_have() -> None:
     scripts: dict[str, set[str]] = {}
     for item in ITEMS:

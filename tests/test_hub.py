@@ -14,7 +14,7 @@ import yaml
 from vaswani_transformer.cli import push
 from vaswani_transformer.evaluation import load_for_decoding
 from vaswani_transformer.hub import build_model_card, model_files, write_hub_folder
-from vaswani_transformer.translate import translate
+from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
 
 SENTENCES = ["I love you.", "Where is the train station?", "Tom is reading a book in the garden."]
 
@@ -109,9 +109,12 @@ def test_local_dir_loads_and_translates_identically_without_the_package(trained_
     # what the model and the pipeline import
     code |= {
         "generation_vaswani_transformer.py",
+        "beam_search_vaswani_transformer.py",
+        "fast_path_vaswani_transformer.py",
         "loss_vaswani_transformer.py",
-        "translate.py",
-        "precision.py",
+        "pipeline_vaswani_transformer.py",
+        "precision_vaswani_transformer.py",
+        "remote_code_vaswani_transformer.py",
     }
     assert (
         set(model_files(trained_run.model_dir)) | code | {"README.md", "scores.json", "training_curve.png"}
@@ -192,7 +195,7 @@ def test_train_push_to_hub_sends_the_folder_in_one_commit(trained_run, tmp_path:
     expected = tmp_path / "expected"
     write_hub_folder(trained_run.model_dir, expected, "tester/tatoeba-mini")
     assert set(files) == {file.name for file in expected.iterdir()}
-    for name in ("model.safetensors", "config.json", "tokenizer.json", "translate.py"):
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "pipeline_vaswani_transformer.py"):
         assert files[name] == (expected / name).read_bytes()
     assert card_metadata(files["README.md"].decode())["model-index"]
 
@@ -213,8 +216,7 @@ def test_push_cli_private_repo_on_a_branch(trained_run, fake_hub, capsys) -> Non
 
 
 def test_sharing_options_are_checked_before_training(monkeypatch, tmp_path: Path) -> None:
-    from vaswani_transformer import experiment
-    from vaswani_transformer.experiment import TrainOptions, check_inputs
+    from vaswani_transformer.training import TrainOptions, check_inputs, checks
 
     with pytest.raises(ValueError, match="Repo id"):
         check_inputs(
@@ -229,7 +231,7 @@ def test_sharing_options_are_checked_before_training(monkeypatch, tmp_path: Path
         check_inputs(
             TrainOptions.from_recipe("tatoeba", output_dir=tmp_path / "run", push_to_hub="tester/model")
         )
-    monkeypatch.setattr(experiment, "is_tensorboard_available", lambda: False)  # a machine without it
+    monkeypatch.setattr(checks, "is_tensorboard_available", lambda: False)  # a machine without it
     with pytest.raises(
         ValueError, match="--report_to tensorboard needs TensorBoard: pip install tensorboard"
     ):
@@ -249,11 +251,12 @@ def test_report_to_tensorboard_writes_live_curves(trained_run) -> None:
 
 
 def test_a_failed_push_keeps_the_run_and_says_how_to_retry(trained_run, fake_hub, caplog) -> None:
-    from vaswani_transformer.experiment import TrainOptions, _push_final_model
+    from vaswani_transformer.training import TrainOptions
+    from vaswani_transformer.training.final_model import push_final_model
 
     fake_hub.refuse_commits = True
     options = TrainOptions.from_recipe("tatoeba", push_to_hub="tester/read-only")
-    assert _push_final_model(options, trained_run.model_dir) is None
+    assert push_final_model(options, trained_run.model_dir) is None
     (message,) = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
     assert "pushing to tester/read-only failed" in message and "403" in message
     assert f"vaswani-push {trained_run.model_dir} --repo_id tester/read-only" in message
@@ -279,7 +282,7 @@ def test_a_failed_local_dir_write_leaves_no_partial_folder(trained_run, tmp_path
     monkeypatch.undo()
     (tmp_path / "hub").mkdir()  # an empty folder is taken and filled
     assert {path.name for path in write_hub_folder(trained_run.model_dir, tmp_path / "hub", "tester/x")} >= {
-        "model.safetensors", "README.md", "translate.py",
+        "model.safetensors", "README.md", "pipeline_vaswani_transformer.py",
     }  # fmt: skip
     assert [path.name for path in tmp_path.iterdir()] == ["hub"]
 
@@ -312,5 +315,9 @@ def test_save_pretrained_with_push_to_hub_uploads_the_pipeline_too(
     tiny_model.save_pretrained(tmp_path / "x", push_to_hub=True, repo_id="tester/x")
     (path, _, files) = fake_hub.commits()[-1]
     assert "tester/x" in path
-    assert {"translate.py", "precision.py", "modeling_vaswani_transformer.py"} <= set(files)
+    assert {
+        "pipeline_vaswani_transformer.py",
+        "precision_vaswani_transformer.py",
+        "modeling_vaswani_transformer.py",
+    } <= set(files)
     assert "vaswani-translation" in json.loads(files["config.json"])["custom_pipelines"]

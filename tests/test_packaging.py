@@ -1,4 +1,5 @@
-"""The built wheel: the card template, the remote-code pipeline and every console command ship in it."""
+"""The built wheel: the card template, the remote-code tier and every console command ship in it; the repo's
+model_card.md is a card as `vaswani-push` writes it, not the template."""
 
 import importlib
 import shutil
@@ -8,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from huggingface_hub import ModelCard
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = {
@@ -42,14 +44,29 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 
 
 def test_wheel_ships_the_model_card_template_and_the_remote_code(wheel: zipfile.ZipFile) -> None:
-    assert wheel.read("vaswani_transformer/model_card.md") == (REPO / "model_card.md").read_bytes()
+    template = REPO / "vaswani_transformer" / "model_card.md"
+    assert wheel.read("vaswani_transformer/model_card.md") == template.read_bytes()
     names = set(wheel.namelist())
-    for module in ("translate", "hub", "modeling_vaswani_transformer", "configuration_vaswani_transformer"):
-        assert f"vaswani_transformer/{module}.py" in names
+    for module in (REPO / "vaswani_transformer" / "modeling").glob("*.py"):
+        assert f"vaswani_transformer/modeling/{module.name}" in names
     assert {
-        "vaswani_transformer/recipes/tatoeba.yaml",
-        "vaswani_transformer/corpora/tatoeba_en_de/deu.txt.gz",
+        "vaswani_transformer/hub.py",
+        "vaswani_transformer/training/recipes/defaults.yaml",
+        "vaswani_transformer/training/recipes/tatoeba.yaml",
+        "vaswani_transformer/data/embedded/tatoeba_en_de/deu.txt.gz",
+        "vaswani_transformer/evaluation/metrics/sacrebleu_offline/sacrebleu_offline.py",
     } <= names
+
+
+def test_the_repos_model_card_is_a_card_the_push_command_writes() -> None:
+    """model_card.md is an example, not the template: a card with metadata, nothing left unrendered, and the
+    template's sections in its order."""
+    card = ModelCard.load(REPO / "model_card.md")
+    assert card.data.library_name == "transformers" and card.data.eval_results
+    assert "{{" not in card.text and "{%" not in card.text
+    template = (REPO / "vaswani_transformer" / "model_card.md").read_text(encoding="utf-8")
+    headings = [line for line in template.splitlines() if line.startswith("## ")]
+    assert [line for line in card.text.splitlines() if line.startswith("## ")] == headings
 
 
 def test_every_console_command_is_declared_and_answers_help(wheel: zipfile.ZipFile, capsys) -> None:

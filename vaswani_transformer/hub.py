@@ -16,9 +16,10 @@ from typing import Any
 
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 
-from .evaluation import decoding_settings, load_for_decoding
-from .remote_code import ship_translation_pipeline, sibling_imports
-from .translate import translate
+from .engines.torch_engine import decoding_settings
+from .evaluation.loading import load_for_decoding
+from .modeling.pipeline_vaswani_transformer import translate
+from .modeling.remote_code_vaswani_transformer import ship_translation_pipeline, sibling_imports
 
 MODELING_FILE = "modeling_vaswani_transformer.py"
 REQUIRED_FILES = (

@@ -13,8 +13,11 @@ import torch
 from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .modeling_vaswani_transformer import VaswaniTransformerSinusoidalPositionalEncoding, shift_tokens_right
-from .translate import translate
+from .modeling.modeling_vaswani_transformer import (
+    VaswaniTransformerSinusoidalPositionalEncoding,
+    shift_tokens_right,
+)
+from .modeling.pipeline_vaswani_transformer import translate
 
 AttentionKind = Literal["cross", "encoder", "decoder"]
 

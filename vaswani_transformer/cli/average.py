@@ -1,6 +1,8 @@
 """Average the last N Trainer checkpoints of a run into one loadable model (paper: 5 for base, 20 for big).
 
 vaswani-average runs/wmt14-base --last 5 --output runs/wmt14-base/averaged
+
+Exit status: 0 when the averaged model is written, 2 for bad options or checkpoints that cannot be averaged.
 """
 
 import argparse
@@ -8,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..checkpoints import average_last
+from ..training.checkpoints import average_last
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -5,8 +5,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..engines import DTYPES, ENGINES, QUANTIZATIONS, EngineOptions, check_engine_options
-from ..translate import BATCH_SIZE
+from ..engines.options import DTYPES, ENGINES, QUANTIZATIONS, EngineOptions, check_engine_options
+from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE
 
 ENGINE_HELP = (
     "torch (default): the model in PyTorch. onnxruntime: the model's ONNX export (pip install "

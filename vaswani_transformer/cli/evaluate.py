@@ -23,6 +23,9 @@ WMT14 newstest2014 (cased, compound-split tokenised BLEU as in the paper):
     vaswani-evaluate runs/wmt14-base/final \
         --source ../shared/data/wmt14-newstest/newstest2014.sacrebleu.en \
         --references ../shared/data/wmt14-newstest/newstest2014.sacrebleu.de --split-compounds
+
+Exit status: 0 when scored, 2 for bad options or input, a missing model, or scores it would replace without
+--overwrite (nothing is decoded then).
 """
 
 import argparse
@@ -31,9 +34,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..data import read_text_lines
-from ..engines import EngineOptions, load_engine
-from ..evaluation import evaluate_model, evaluation_prefix, scores_file
+from ..data.corpora import read_text_lines
+from ..engines.load import load_engine
+from ..engines.options import EngineOptions
+from ..evaluation.scoring import evaluate_model, evaluation_prefix, scores_file
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
 

@@ -4,9 +4,11 @@
 
 Use it to serve translations in production: CTranslate2 decodes on CPU (int8 weights) and GPU without PyTorch,
 in C++ (pip install 'vaswani_transformer[ctranslate2]'). Translate with
-`vaswani_transformer.export.CTranslate2Translator(FOLDER).translate([...])`, which reads the tokenizer and the
+`vaswani_transformer.engines.CTranslate2Translator(FOLDER).translate([...])`, which reads the tokenizer and the
 model's decoding settings from FOLDER. Training, evaluation and the reported BLEU stay with the PyTorch model:
 CTranslate2's length penalty is |Y|^α, not the paper's GNMT form, so beam search can differ on close calls.
+
+Exit status: 0 when exported, 2 for a refused output folder or a model that cannot be exported.
 """
 
 import argparse
@@ -14,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..export import QUANTIZATIONS, to_ctranslate2
+from ..engines.ctranslate2 import WEIGHT_TYPES, to_ctranslate2
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -27,7 +29,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("output_dir", type=Path, help="folder for the CTranslate2 model (new or empty)")
     parser.add_argument(
         "--quantization",
-        choices=QUANTIZATIONS,
+        choices=WEIGHT_TYPES,
         help="weight type (default float32; int8 for fast CPU serving)",
     )
     parser.add_argument(

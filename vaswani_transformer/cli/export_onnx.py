@@ -3,10 +3,12 @@ graphs with dynamic batch and lengths, plus the tokenizer, config and generation
 
     vaswani-export-onnx runs/multi30k/final runs/multi30k/onnx
 
-Decode the folder with `vaswani_transformer.onnx_runtime.load_onnx_model(FOLDER)` (a model whose generate() runs
+Decode the folder with `vaswani_transformer.engines.load_onnx_model(FOLDER)` (a model whose generate() runs
 the graphs with the package's beam search), or let `vaswani-translate MODEL --engine onnxruntime` export and cache
 it for you. Graph inputs and outputs are described in vaswani_transformer/onnx_export.py
 (pip install 'vaswani_transformer[onnx]').
+
+Exit status: 0 when exported, 2 for a refused output folder or a model that cannot be exported.
 """
 
 import argparse
@@ -14,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..onnx_export import to_onnx
+from ..engines.onnx_export import to_onnx
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -6,6 +6,8 @@ columns: the source's) and encoder_self_attention_layer<L>.png, or the kinds giv
 
     vaswani-plot-attention runs/tatoeba-en-de/final "Where is the train station?" --output_dir pictures
     vaswani-plot-attention runs/tatoeba-en-de/final "I love you." --translation "Ich liebe dich." --layer 1
+
+Exit status: 0 when the pictures are written, 2 for bad options or a missing model.
 """
 
 import argparse
@@ -13,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..evaluation import load_for_decoding
+from ..evaluation.loading import load_for_decoding
 from ..plotting import attention_maps, plot_attention
 
 FILE_NAMES = {

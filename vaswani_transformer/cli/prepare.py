@@ -16,7 +16,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from ..experiment import check_data_inputs, data_cache_folder, load_corpora, prepare_training_data
+from ..training.job_data import check_data_inputs, data_cache_folder, load_corpora, prepare_training_data
 from .train import parse_options
 
 

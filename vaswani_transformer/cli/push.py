@@ -9,6 +9,9 @@ pipeline as remote code, scores, training curve and the card (README.md): it loa
     vaswani-push runs/tatoeba-en-de/final --repo_id you/tatoeba-en-de
     vaswani-push runs/tatoeba-en-de/final --repo_id you/tatoeba-en-de --private --revision v1
     vaswani-push runs/tatoeba-en-de/final --repo_id you/tatoeba-en-de --local_dir hub/tatoeba-en-de
+
+Exit status: 0 when pushed (or the --local_dir folder is written), 2 for bad options, an incomplete model
+folder, an occupied --local_dir or a failed push.
 """
 
 import argparse

@@ -23,19 +23,21 @@ import sys
 from collections.abc import Sequence
 
 from transformers import HfArgumentParser
+from transformers.hf_argparser import string_to_bool
 
-from ..experiment import (
-    CorpusError,
-    RunFolderError,
+from ..training.checks import check_inputs
+from ..training.job import train_and_evaluate
+from ..training.job_data import CorpusError
+from ..training.monitoring import TrainingFailure
+from ..training.options import (
+    DEFAULT_RECIPE,
     TrainOptions,
-    check_inputs,
+    applies_cuda_section,
+    cuda_section_note,
     option_names,
-    train_and_evaluate,
 )
-from ..monitoring import TrainingFailure
-from ..recipes import available_recipes, load_recipe
-
-DEFAULT_RECIPE = "tatoeba"
+from ..training.recipes import available_recipes, load_recipe
+from ..training.run_folder import RunFolderError
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -45,13 +47,20 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 def parse_options(
     argv: Sequence[str] | None = None, prog: str = "vaswani-train", description: str | None = __doc__
 ) -> TrainOptions:
-    """Options from the command line: the recipe's values as defaults, given flags on top."""
+    """Options from the command line: the recipe's values (its cuda: section where it applies) as defaults,
+    given flags on top."""
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument("--recipe", default=DEFAULT_RECIPE)
-    recipe = first.parse_known_args(argv)[0].recipe
+    first.add_argument("--cuda_section", "--cuda-section", type=string_to_bool, nargs="?", const=True)
+    known = first.parse_known_args(argv)[0]
+    cuda = applies_cuda_section(known.cuda_section)
     parser = HfArgumentParser(TrainOptions, prog=prog, description=description, formatter_class=HelpFormatter)
-    parser.epilog = f"recipes: {', '.join(available_recipes())} (vaswani_transformer/recipes/*.yaml)"
-    parser.set_defaults(**load_recipe(recipe, allowed=option_names()), recipe=recipe)
+    parser.epilog = (
+        f"recipes: {', '.join(available_recipes())} (vaswani_transformer/training/recipes/*.yaml; every "
+        "default: defaults.yaml there)"
+    )
+    recipe = load_recipe(known.recipe, allowed=option_names(), cuda=cuda)
+    parser.set_defaults(**recipe, recipe=known.recipe, cuda_section=cuda)
     (options,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
     return options
 
@@ -84,7 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:  # bad options or inputs: nothing has run yet
         print(f"error: {error}", file=sys.stderr)
         return 2
-    logging.getLogger(__name__).info(f"recipe {options.recipe}; run folder {options.output_dir}")
+    logger = logging.getLogger(__name__)
+    logger.info(f"recipe {options.recipe}; run folder {options.output_dir}")
+    if note := cuda_section_note(options):
+        logger.info(note)
     try:
         result = train_and_evaluate(options)
     except (CorpusError, RunFolderError, FileNotFoundError) as error:  # found before training

@@ -11,6 +11,9 @@ or its CTranslate2 export (--engine ctranslate2, converted once and cached; --qu
     vaswani-translate runs/tatoeba-en-de/final input.en > output.de
     vaswani-translate runs/tatoeba-en-de/final --engine ctranslate2 --quantize int8 < input.en
     vaswani-translate you/tatoeba-en-de --num_beams 1 --device cuda --dtype bfloat16 < input.en
+
+Exit status: 0 when every line is translated, 2 for bad options or input, a missing model, or a batch that
+would not fit in memory (found before it decodes).
 """
 
 import argparse
@@ -18,9 +21,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..data import decode_text, read_text_lines, split_lines
-from ..engines import EngineOptions, load_engine, translate_lines
-from ..translate import DecodingBudgetError
+from ..data.corpora import decode_text, read_text_lines, split_lines
+from ..engines.load import load_engine, translate_lines
+from ..engines.options import EngineOptions
+from ..modeling.pipeline_vaswani_transformer import DecodingBudgetError
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
 

@@ -1,0 +1,64 @@
+"""Training data: reading corpora, the prepared-data cache, the joint BPE, tokenised pairs and §5.1 batches.
+
+- `corpora`: text pairs, TSV files, Hub datasets and the embedded Tatoeba corpus as "source"/"target" Datasets;
+- `prepared`: the cache of data prepared once (corpora as read, BPE, tokenised pairs), named by content;
+- `tokenization`: the joint BPE vocabulary (§5.1) as a fast tokenizer;
+- `token_arrays`: the one tokenisation path, flat token arrays and padded batches;
+- `batching`: token-budget batches of sentences of similar length.
+"""
+
+from .batching import TokenBudgetBatchSampler
+from .corpora import (
+    PAIR_FEATURES,
+    TATOEBA_DIR,
+    TATOEBA_FILE,
+    TSV_SUFFIXES,
+    LoadStats,
+    decode_text,
+    load_hub,
+    load_parallel,
+    load_tatoeba,
+    load_text_pair,
+    load_tsv,
+    read_text_lines,
+    split_lines,
+    train_test_split_fixed,
+    translation_to_parallel,
+)
+from .token_arrays import (
+    TOKENIZED_FEATURES,
+    FilterStats,
+    TokenizedPairs,
+    dropped_pairs,
+    tokenize_pairs,
+    tokenize_parallel,
+)
+from .tokenization import load_tokenizer, lowercases, train_bpe
+
+__all__ = [
+    "PAIR_FEATURES",
+    "TATOEBA_DIR",
+    "TATOEBA_FILE",
+    "TOKENIZED_FEATURES",
+    "TSV_SUFFIXES",
+    "FilterStats",
+    "LoadStats",
+    "TokenBudgetBatchSampler",
+    "TokenizedPairs",
+    "decode_text",
+    "dropped_pairs",
+    "load_hub",
+    "load_parallel",
+    "load_tatoeba",
+    "load_text_pair",
+    "load_tokenizer",
+    "load_tsv",
+    "lowercases",
+    "read_text_lines",
+    "split_lines",
+    "tokenize_pairs",
+    "tokenize_parallel",
+    "train_bpe",
+    "train_test_split_fixed",
+    "translation_to_parallel",
+]

@@ -1,0 +1,63 @@
+"""`load_engine`: the engine `EngineOptions` name, loaded for a saved model folder or Hub id; `translate_lines`:
+translating a file's lines with it, blank lines kept."""
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..evaluation.loading import load_for_decoding
+from .ctranslate2 import CTranslate2Engine, CTranslate2Translator, cached_export
+from .onnx_export import cached_onnx_export
+from .onnx_runtime import load_onnx_model
+from .options import (
+    DTYPES,
+    EngineOptions,
+    check_engine_options,
+    ctranslate2_compute_type,
+    ctranslate2_device,
+    torch_device,
+)
+from .quantization import quantize_int8
+from .torch_engine import OnnxRuntimeEngine, TorchEngine
+
+Engine = TorchEngine | OnnxRuntimeEngine | CTranslate2Engine
+
+
+def load_engine(model: str | Path, options: EngineOptions | None = None) -> Engine:
+    """The engine `options` name, loaded for a saved model folder or Hub id (checked first:
+    `check_engine_options`). The CTranslate2 and ONNX Runtime engines convert the model on first use
+    (`export.cached_export`, `onnx_export.cached_onnx_export`)."""
+    options = options or EngineOptions()
+    check_engine_options(options)
+    if options.engine == "ctranslate2":
+        return _load_ctranslate2(model, options)
+    if options.engine == "onnxruntime":
+        return OnnxRuntimeEngine(*load_onnx_model(cached_onnx_export(model, options.onnx_cache)))
+    device = torch_device(options.device)
+    explicit = DTYPES.get(options.dtype)
+    if options.quantize == "int8":
+        loaded, tokenizer = load_for_decoding(model, device="cpu", dtype=torch.float32)
+        return TorchEngine(quantize_int8(loaded), tokenizer, explicit)
+    loaded, tokenizer = load_for_decoding(model, device=device, dtype=explicit)
+    return TorchEngine(loaded, tokenizer, explicit)
+
+
+def _load_ctranslate2(model: str | Path, options: EngineOptions) -> CTranslate2Engine:
+    device, index = ctranslate2_device(options.device)
+    quantization = "int8" if options.quantize == "int8" else None
+    folder = cached_export(model, quantization=quantization, cache_dir=options.ctranslate2_cache)
+    compute_type = ctranslate2_compute_type(options.quantize, options.dtype, device)
+    translator = CTranslate2Translator(folder, device=device, device_index=index, compute_type=compute_type)
+    return CTranslate2Engine(translator, options.quantize)
+
+
+def translate_lines(lines: Sequence[str], engine: Engine, **options: Any) -> list[str]:
+    """Translations of the non-blank lines, with blank lines kept blank, in input order (one per line)."""
+    filled = [index for index, line in enumerate(lines) if line.strip()]
+    translations = engine.translate([lines[index] for index in filled], **options)
+    output = [""] * len(lines)
+    for index, translation in zip(filled, translations, strict=True):
+        output[index] = translation
+    return output

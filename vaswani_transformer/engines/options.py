@@ -1,0 +1,134 @@
+"""How to decode: the engine, quantization, dtype and device the commands name (`EngineOptions`), checked before
+anything is loaded, with the fix named."""
+
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .ctranslate2 import CTRANSLATE2_EXTRA
+from .onnx_export import ONNX_EXTRA
+from .quantization import INT8_EXTRA
+
+ENGINES = ("torch", "onnxruntime", "ctranslate2")
+QUANTIZATIONS = ("none", "int8")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How to decode: the commands' --engine, --quantize, --dtype, --device, --ctranslate2_cache and
+    --onnx_cache."""
+
+    engine: str = "torch"
+    quantize: str = "none"
+    dtype: str = "auto"
+    device: str = "auto"
+    ctranslate2_cache: Path | None = None
+    onnx_cache: Path | None = None
+
+
+def check_engine_options(options: EngineOptions) -> None:
+    """Refuse, before anything is loaded, options that cannot work together or on this machine (ValueError
+    naming the fix)."""
+    _check_choice("--engine", options.engine, ENGINES)
+    _check_choice("--quantize", options.quantize, QUANTIZATIONS)
+    _check_choice("--dtype", options.dtype, ("auto", *DTYPES))
+    if options.ctranslate2_cache is not None and options.engine != "ctranslate2":
+        raise ValueError("--ctranslate2_cache is the folder of --engine ctranslate2's conversions: drop it.")
+    if options.onnx_cache is not None and options.engine != "onnxruntime":
+        raise ValueError("--onnx_cache is the folder of --engine onnxruntime's exports: drop it.")
+    if options.engine == "torch":
+        _check_torch_options(options)
+    elif options.engine == "onnxruntime":
+        _check_onnxruntime_options(options)
+    else:
+        _check_ctranslate2_options(options)
+
+
+def _check_choice(flag: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"{flag} {value}: choose one of {', '.join(choices)}.")
+
+
+def _check_torch_options(options: EngineOptions) -> None:
+    device = torch_device(options.device)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {options.device}: this machine has no CUDA GPU (use --device cpu).")
+    if options.quantize != "int8":
+        return
+    if device != "cpu":
+        raise ValueError(
+            f"--quantize int8 with --engine torch runs on the CPU, not {device}: add --device cpu, drop "
+            "--quantize (bfloat16 is the default on a GPU), or use --engine ctranslate2 --quantize int8."
+        )
+    if options.dtype not in ("auto", "float32"):
+        raise ValueError(
+            f"--quantize int8 quantizes float32 weights, not {options.dtype} ones: use --dtype auto (the rest "
+            "in bfloat16 autocast where the CPU has it) or --dtype float32."
+        )
+    if importlib.util.find_spec("torchao") is None:
+        raise ValueError(f"--quantize int8 with --engine torch needs torchao: {INT8_EXTRA}.")
+
+
+def _check_onnxruntime_options(options: EngineOptions) -> None:
+    if options.device not in ("auto", "cpu"):
+        raise ValueError(f"--engine onnxruntime runs on the CPU, not {options.device}: drop --device.")
+    if options.quantize != "none":
+        raise ValueError(
+            "--engine onnxruntime decodes in float32: for int8 use --engine ctranslate2 --quantize int8."
+        )
+    if options.dtype not in ("auto", "float32"):
+        raise ValueError(f"--engine onnxruntime decodes in float32, not {options.dtype}: drop --dtype.")
+    missing = [
+        name for name in ("onnxruntime", "onnxscript", "onnx") if importlib.util.find_spec(name) is None
+    ]
+    if missing:
+        raise ValueError(f"--engine onnxruntime needs {', '.join(missing)}: {ONNX_EXTRA}.")
+
+
+def _check_ctranslate2_options(options: EngineOptions) -> None:
+    if importlib.util.find_spec("ctranslate2") is None:
+        raise ValueError(f"--engine ctranslate2 needs CTranslate2: {CTRANSLATE2_EXTRA}.")
+    import ctranslate2
+
+    device, _ = ctranslate2_device(options.device)
+    if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+        raise ValueError(f"--device {options.device}: CTranslate2 sees no CUDA GPU (use --device cpu).")
+    compute_type = ctranslate2_compute_type(options.quantize, options.dtype, device)
+    supported = sorted(ctranslate2.get_supported_compute_types(device))
+    if compute_type not in supported:
+        raise ValueError(
+            f"CTranslate2 cannot compute in {compute_type} on this {device} (it can: {', '.join(supported)}): "
+            "use --dtype auto."
+        )
+
+
+def torch_device(device: str) -> str:
+    """--device for PyTorch: "auto" is cuda when there is a GPU, else cpu."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def ctranslate2_device(device: str) -> tuple[str, int]:
+    """--device as CTranslate2's device and device index ("cuda:1" → ("cuda", 1); "auto": a GPU if it sees one)."""
+    if device == "auto":
+        import ctranslate2
+
+        return ("cuda" if ctranslate2.get_cuda_device_count() else "cpu"), 0
+    kind, _, index = device.partition(":")
+    return kind, int(index or 0)
+
+
+def ctranslate2_compute_type(quantize: str, dtype: str, device: str) -> str:
+    """CTranslate2's compute type for --quantize and --dtype: int8 (int8 weights and products; the rest in
+    float32 on a CPU) or int8_DTYPE; without int8, DTYPE, where auto is float32 on a CPU (CTranslate2 has no
+    bfloat16 there) and bfloat16 on a GPU, as PyTorch's auto."""
+    if quantize == "int8":
+        return "int8" if dtype == "auto" else f"int8_{dtype}"
+    if dtype == "auto":
+        return "float32" if device == "cpu" else "bfloat16"
+    return dtype

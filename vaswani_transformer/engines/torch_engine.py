@@ -1,0 +1,93 @@
+"""The model in PyTorch as a decoding engine: `translate()` in the precision the device computes fastest, and the
+record of its decoding settings that scores.json and the model card keep."""
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from ..modeling.pipeline_vaswani_transformer import translate
+from ..modeling.precision_vaswani_transformer import decoding_precision
+from .quantization import INT8_DESCRIPTION, int8_linear_layers
+
+
+def decoding_settings(
+    model: PreTrainedModel, dtype: torch.dtype | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """What `translate` will use: the model's generation config with `overrides`, the precision it computes
+    in (`dtype`, else `precision.decoding_precision`'s choice) and its int8 layers if any
+    (`quantization.quantize_int8`), as recorded in scores.json."""
+    config = copy.deepcopy(model.generation_config)
+    config.update(**overrides)
+    settings: dict[str, Any] = {
+        "engine": "torch",
+        "quantization": INT8_DESCRIPTION if int8_linear_layers(model) else "none",
+        "num_beams": config.num_beams or 1,
+        "do_sample": bool(config.do_sample),
+    }
+    precision = decoding_precision(model.dtype, model.device, dtype, width=model.config.d_model)
+    settings["dtype"] = str(precision).removeprefix("torch.")
+    if precision != model.dtype:
+        settings["dtype"] += f" (autocast over {str(model.dtype).removeprefix('torch.')} weights)"
+    if settings["num_beams"] > 1:  # the length penalty and early stopping only act in beam search
+        settings["length_penalty"] = config.length_penalty
+        settings["length_penalty_type"] = getattr(model.config, "length_penalty_type", "hf")
+        settings["early_stopping"] = config.early_stopping
+    if config.max_new_tokens is not None:
+        settings["max_new_tokens"] = config.max_new_tokens
+    elif config.max_length is not None:
+        settings["max_length"] = config.max_length
+    elif hasattr(model.config, "max_length_offset"):
+        settings["max_new_tokens"] = f"longest source in the batch + {model.config.max_length_offset}"
+    return settings
+
+
+class TorchEngine:
+    """The model in PyTorch: `translate.translate` in `dtype` (None: `precision.decoding_precision`'s choice)."""
+
+    name = "torch"
+
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype | None = None
+    ):
+        self.model, self.tokenizer, self.dtype = model, tokenizer, dtype
+
+    def translate(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int | None = None,
+        show_progress: bool = False,
+        **overrides: Any,
+    ) -> list[str]:
+        """Translations of `texts` in input order (`batch_size` None: `translate`'s default, which fits the memory);
+        `overrides` are generate() keywords (num_beams=1 …)."""
+        return translate(
+            texts,
+            self.model,
+            self.tokenizer,
+            batch_size=batch_size,
+            show_progress=show_progress,
+            dtype=self.dtype,
+            **overrides,
+        )
+
+    def decoding_settings(self, **overrides: Any) -> dict[str, Any]:
+        """What `translate` uses, as scores.json records it (engine, quantization, precision, search)."""
+        return decoding_settings(self.model, self.dtype, **overrides)
+
+
+class OnnxRuntimeEngine(TorchEngine):
+    """The model's ONNX export in ONNX Runtime (`onnx_runtime.load_onnx_model`), decoded by the PyTorch
+    model's search in float32: the same search, length penalty and output limit as TorchEngine."""
+
+    name = "onnxruntime"
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
+        super().__init__(model, tokenizer, torch.float32)
+
+    def decoding_settings(self, **overrides: Any) -> dict[str, Any]:
+        """TorchEngine's record, naming this engine."""
+        return {**super().decoding_settings(**overrides), "engine": self.name}

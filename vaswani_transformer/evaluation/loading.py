@@ -1,0 +1,108 @@
+"""Loading a saved model for decoding: the folder's files checked first, the tokenizer checked against the model.
+
+`load_for_decoding` is how every command and the training job load a model (a folder or a Hub id), the way a
+user loads it with the Auto classes; a damaged or mismatched folder is an error naming the file and the fix.
+"""
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from ..files import is_local_path
+
+
+def check_model_name(name: str | Path) -> str:
+    """A model folder that exists, or a Hub id (`user/name`); a missing local path is an error, never a Hub call."""
+    text = str(name)
+    if not Path(text).expanduser().exists() and is_local_path(name):
+        raise FileNotFoundError(
+            f"{text}: no such model folder (give a trained model folder or a Hub id user/name)."
+        )
+    return str(Path(text).expanduser()) if Path(text).expanduser().exists() else text
+
+
+def decoding_dtype(device: str) -> torch.dtype:
+    """The weights' dtype for decoding: bfloat16 on a GPU that computes in it (twice the decoding speed, half the
+    memory), float32 elsewhere (where `translate` computes in bfloat16 by autocast if the CPU computes it faster)."""
+    return torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
+
+
+SAVE_AGAIN = "save the model and tokenizer again (save_pretrained) or copy the folder anew"
+
+
+def _check_json_file(path: Path) -> None:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; a saved model folder holds it ({SAVE_AGAIN}).")
+    try:
+        json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is damaged, not valid JSON ({error}): {SAVE_AGAIN}.") from None
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    """model.safetensors, or the shards its index names."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return [folder / "model.safetensors"]
+    _check_json_file(index)
+    return [folder / name for name in sorted(set(json.loads(index.read_bytes())["weight_map"].values()))]
+
+
+def check_saved_files(folder: Path) -> None:
+    """A model folder's configuration, tokenizer and weights are there and readable as what they are; else an
+    error naming the damaged file, before anything loads (transformers' own errors name none, or mislead)."""
+    for name in ("config.json", "tokenizer.json"):
+        _check_json_file(folder / name)
+    for weights in _weight_files(folder):
+        if not weights.is_file():
+            raise FileNotFoundError(f"{weights}: missing; a saved model folder holds it ({SAVE_AGAIN}).")
+        try:
+            with safe_open(weights, framework="pt") as tensors:
+                tensors.keys()
+        except SafetensorError as error:  # e.g. truncated by a full disk or an interrupted copy
+            raise ValueError(f"{weights} is damaged ({error}): {SAVE_AGAIN}.") from None
+
+
+def load_for_decoding(
+    model_dir: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A saved model (folder or Hub id) and its tokenizer, loaded the way a user loads them, in eval mode.
+
+    By default the model goes to the GPU when there is one, in `decoding_dtype` (bfloat16 there, else float32).
+    A local folder's files are checked first (`check_saved_files`); weights that do not fit the configuration
+    (an edited config.json) are a ValueError naming both files.
+    """
+    name = check_model_name(model_dir)
+    if Path(name).is_dir():
+        check_saved_files(Path(name))
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=dtype or decoding_dtype(device))
+    except (
+        OSError
+    ) as error:  # a Hub id not found, not reachable or not cached offline: transformers' text names none
+        raise OSError(f"{name}: cannot load this model ({error})") from None
+    except RuntimeError as error:
+        if "mismatched_sizes" not in str(error):
+            raise
+        raise ValueError(
+            f"{name}: the weights in model.safetensors do not have the shapes config.json describes (was "
+            f"config.json edited?): {SAVE_AGAIN}."
+        ) from None
+    tokenizer = AutoTokenizer.from_pretrained(name)
+    check_vocabulary(model, tokenizer, name)
+    return model.to(device).eval(), tokenizer
+
+
+def check_vocabulary(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) -> None:
+    """The tokenizer must be the model's own: a larger one crashes in the embedding, a smaller one (another
+    run's) translates into garbage."""
+    if len(tokenizer) != model.config.vocab_size:
+        raise ValueError(
+            f"{name}: the tokenizer has {len(tokenizer):,} tokens but the model's vocabulary has "
+            f"{model.config.vocab_size:,}: they come from different runs. Save and load the model and its "
+            "tokenizer from the same folder."
+        )

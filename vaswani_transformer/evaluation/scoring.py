@@ -1,0 +1,200 @@
+"""BLEU of a model's translations: translate with an engine, score against references, write the files.
+
+`translate_and_score` and `evaluate_model` take any engine (`engines.load_engine`: PyTorch, ONNX Runtime,
+CTranslate2) through the small interface `Engine` names; the scores record the engine's decoding settings.
+"""
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from transformers import PreTrainedTokenizerBase
+
+from ..data.tokenization import lowercases
+from ..files import write_text_atomically
+from .bleu import moses_tokenize, sacre_bleu, tokenized_bleu
+
+
+class Engine(Protocol):
+    """What scoring needs of a decoding engine (`engines.TorchEngine` and its peers)."""
+
+    tokenizer: PreTrainedTokenizerBase
+
+    def translate(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int | None = None,
+        show_progress: bool = False,
+        **overrides: Any,
+    ) -> list[str]: ...
+
+    def decoding_settings(self, **overrides: Any) -> dict[str, Any]: ...
+
+
+def score_translations(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    *,
+    target_lang: str,
+    references_tokenized: Sequence[str] | None = None,
+    tokenized_lowercase: bool = True,
+    sacrebleu_lowercase: bool = False,
+    split_compounds: bool = False,
+) -> dict:
+    """sacreBLEU on detokenised text, and tokenised BLEU comparable to published numbers.
+
+    Tokenised BLEU is against `references_tokenized` when given (e.g. Multi30k's official lc.norm.tok files),
+    otherwise against the references run through the same Moses pipeline as the hypotheses. A model trained on
+    lowercased text is scored with `sacrebleu_lowercase` (signature `case:lc`): against cased references it
+    would lose every capital letter.
+    """
+    hypotheses, references = list(hypotheses), list(references)
+    if references_tokenized is None:
+        references_tokenized = moses_tokenize(references, target_lang, lowercase=tokenized_lowercase)
+    return {
+        "sacrebleu": sacre_bleu(hypotheses, references, lowercase=sacrebleu_lowercase),
+        "tokenized_bleu": tokenized_bleu(
+            hypotheses,
+            list(references_tokenized),
+            lang=target_lang,
+            lowercase=tokenized_lowercase,
+            split_compounds=split_compounds,
+        ),
+        "num_sentences": len(hypotheses),
+    }
+
+
+def translate_and_score(
+    engine: Engine,
+    sources: Sequence[str],
+    references: Sequence[str],
+    *,
+    target_lang: str,
+    references_tokenized: Sequence[str] | None = None,
+    split_compounds: bool = False,
+    batch_size: int | None = None,
+    show_progress: bool = False,
+    **generate_overrides: Any,
+) -> tuple[list[str], dict]:
+    """Translate `sources` with `engine` (an `engines.load_engine` engine, or `engines.TorchEngine` around a
+    loaded model: its decoding settings with overrides, in its precision) and score them against references
+    (`score_with_tokenizer`), with the engine's decoding record as scores["decoding"]."""
+    hypotheses = engine.translate(
+        sources, batch_size=batch_size, show_progress=show_progress, **generate_overrides
+    )
+    scores = score_with_tokenizer(
+        hypotheses,
+        references,
+        engine.tokenizer,
+        target_lang=target_lang,
+        references_tokenized=references_tokenized,
+        split_compounds=split_compounds,
+    )
+    scores["decoding"] = engine.decoding_settings(**generate_overrides)
+    return hypotheses, scores
+
+
+def score_with_tokenizer(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    target_lang: str,
+    references_tokenized: Sequence[str] | None = None,
+    split_compounds: bool = False,
+) -> dict:
+    """`score_translations` with the casing of the model's tokenizer.
+
+    Both BLEU scores are case-sensitive, as published WMT results are, unless the tokenizer lowercases (as for
+    Multi30k, whose published scores are lowercased): then both are lowercased.
+    """
+    lowercase = lowercases(tokenizer)
+    return score_translations(
+        hypotheses,
+        references,
+        target_lang=target_lang,
+        references_tokenized=references_tokenized,
+        tokenized_lowercase=lowercase,
+        sacrebleu_lowercase=lowercase,
+        split_compounds=split_compounds,
+    )
+
+
+def write_scores(folder: Path, hypotheses: Sequence[str], scores: dict, *, name: str = "") -> Path:
+    """Write `{name}hypotheses.txt` and `{name}scores.json` into `folder`; returns the scores file."""
+    write_text_atomically(folder / f"{name}hypotheses.txt", "\n".join(hypotheses) + "\n")
+    path = folder / f"{name}scores.json"
+    write_text_atomically(path, json.dumps(scores, indent=2) + "\n")
+    return path
+
+
+# An evaluation's name is part of a file name in the model folder, never a path out of it.
+EVALUATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def evaluation_prefix(name: str) -> str:
+    """The file-name prefix of a named evaluation: "wmt13" -> "wmt13_" (hypotheses.txt, scores.json after it).
+    Raises ValueError for a name that is not a plain file-name part ("../x", "/abs", "sub/dir")."""
+    if name and not EVALUATION_NAME.fullmatch(name):
+        raise ValueError(
+            f"--name {name!r}: use letters, digits, '.', '_' and '-' only (a name, not a path): the evaluation's "
+            "files always go into the model folder."
+        )
+    return f"{name}_" if name else ""
+
+
+def scores_file(model_dir: str | Path, name: str = "", *, overwrite: bool = False) -> Path:
+    """The scores file an evaluation named `name` writes into `model_dir` (`{name}_scores.json`).
+
+    One from an earlier evaluation (the training job's scores.json is the one the model card reports) is
+    replaced only with `overwrite`: call this before loading or decoding anything.
+    """
+    prefix = evaluation_prefix(name)
+    path = Path(model_dir) / f"{prefix}scores.json"
+    if path.exists() and not overwrite:
+        raise FileExistsError(
+            f"{path} holds an earlier evaluation's scores; name this one (--name, e.g. --name wmt13: "
+            f"{prefix or 'wmt13_'}scores.json) or replace it (--overwrite)."
+        )
+    return path
+
+
+def evaluate_model(
+    engine: Engine,
+    model_dir: str | Path,
+    sources: Sequence[str],
+    references: Sequence[str],
+    *,
+    target_lang: str,
+    name: str = "",
+    overwrite: bool = False,
+    show_progress: bool = False,
+    batch_size: int | None = None,
+    references_tokenized: Sequence[str] | None = None,
+    split_compounds: bool = False,
+    **generate_overrides: Any,
+) -> dict:
+    """Translate `sources` with `engine` (`engines.load_engine` of the model in `model_dir`), score them, and
+    write hypotheses.txt and scores.json (with the engine's decoding record) beside the model.
+
+    With a `name`, the files are `{name}_hypotheses.txt` and `{name}_scores.json`, so that scores on another test
+    set sit beside the training job's; earlier files are replaced only with `overwrite` (`scores_file`, checked
+    before decoding). `generate_overrides` change the model's decoding (num_beams, length_penalty).
+    """
+    scores_file(model_dir, name, overwrite=overwrite)
+    hypotheses, scores = translate_and_score(
+        engine,
+        sources,
+        references,
+        target_lang=target_lang,
+        references_tokenized=references_tokenized,
+        split_compounds=split_compounds,
+        batch_size=batch_size,
+        show_progress=show_progress,
+        **generate_overrides,
+    )
+    write_scores(Path(model_dir), hypotheses, scores, name=evaluation_prefix(name))
+    return scores

@@ -1,0 +1,631 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), read top to bottom in the paper's order:
+§3.5 positions → §3.2 attention → §3.3 feed-forward → §3.1 post-norm layers → §3.4 stacks with scaled, shared
+embeddings → the encoder-decoder model → the translation model with the tied softmax.
+
+Beside it (the remote-code tier, docs/architecture.md): the §5.4 loss (loss_vaswani_transformer.py), the §6.1
+decoding (generation_vaswani_transformer.py), and the speed machinery behind `config.fast_path`
+(fast_path_vaswani_transformer.py), whose reference path is plain `nn.Dropout` and a float32 residual stream.
+"""
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_vaswani_transformer import VaswaniTransformerConfig
+from .fast_path_vaswani_transformer import (
+    dropout_function,
+    dropout_module,
+    prefers_eager_attention,
+    residual_stream,
+)
+from .generation_vaswani_transformer import VaswaniTransformerGenerationMixin
+from .loss_vaswani_transformer import VaswaniTransformerLossMixin
+from .remote_code_vaswani_transformer import RemoteCodeSavingMixin
+
+# transformers 5.24 renamed the decoding cache `past_key_values` → `cache` in forward arguments, output fields and
+# mask helpers (the old name warns until 5.40): outputs and helpers get the installed version's name.
+CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
+def take_cache(past_key_values: Cache | None, kwargs: dict[str, Any]) -> Cache | None:
+    """The decoding cache, passed as `past_key_values` (transformers 5.17–5.23) or `cache` (from 5.24)."""
+    cache = kwargs.pop("cache", None)
+    return past_key_values if past_key_values is not None else cache
+
+
+# §3.5 Positional Encoding
+class VaswaniTransformerSinusoidalPositionalEncoding(nn.Module):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same): interleaved, any length."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.d_model = d_model
+        # Only the frequencies are stored, so there is no maximum length. The buffer is not saved; transformers
+        # materialises it as garbage on `from_pretrained`, so `_init_weights` recomputes it.
+        self.register_buffer("inv_freq", self.compute_inv_freq(d_model), persistent=False)
+
+    @staticmethod
+    def compute_inv_freq(d_model: int) -> torch.Tensor:
+        """1 / 10000^(2i / d_model) for i = 0 … d_model/2 - 1, computed in float64 for exactness."""
+        exponents = torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+        return (1.0 / 10000.0**exponents).float()
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        angles = position_ids.float().unsqueeze(-1) * self.inv_freq  # (..., seq_len, d_model / 2)
+        return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # (..., seq_len, d_model)
+
+
+class VaswaniTransformerLearnedPositionalEmbedding(nn.Embedding):
+    """Table 3 row (E): learned positional embeddings instead of sinusoids."""
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        if position_ids.max() >= self.num_embeddings:
+            raise ValueError(
+                f"Position {int(position_ids.max())} exceeds max_position_embeddings={self.num_embeddings} of the "
+                "learned position table; use position_embedding_type='sinusoidal' or a larger table."
+            )
+        return super().forward(position_ids)
+
+
+# §3.2.1 Scaled Dot-Product Attention (the eager path; sdpa, flash and flex come from transformers' interface)
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V, and the weights. transformers gives sdpa no mask for an unpadded causal batch
+    (its `is_causal` masks), so a causal module with several queries and no mask masks the future here too."""
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (batch, heads, tgt_len, src_len)
+    if attention_mask is None and getattr(module, "is_causal", False) and query.shape[2] > 1:
+        attention_mask = query.new_ones(query.shape[2], key.shape[2], dtype=torch.bool).tril()
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = dropout_function(module.config.fast_path)(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # (batch, tgt_len, heads, d_v)
+    return output, weights
+
+
+# The beams of a sentence share its source: the encoder output and the cross-attention keys and values stay at one
+# row per sentence (generation_vaswani_transformer.py), and a sentence's `group` consecutive decoder rows (its
+# beams) attend to them as extra query positions of that one row.
+def queries_per_source(query: torch.Tensor, sources: int) -> torch.Tensor:
+    """(batch, heads, tgt_len, d) queries as (sources, heads, group · tgt_len, d), with group = batch / sources."""
+    return query.unflatten(0, (sources, -1)).transpose(1, 2).flatten(2, 3)
+
+
+def rows_per_beam(grouped: torch.Tensor, tgt_len: int) -> torch.Tensor:
+    """(sources, heads, group · tgt_len, d) back to (batch, heads, tgt_len, d): `queries_per_source` undone."""
+    return grouped.unflatten(2, (-1, tgt_len)).transpose(1, 2).flatten(0, 1)
+
+
+def rows_per_source(states: torch.Tensor, sources: int) -> torch.Tensor:
+    """(batch, len, d) decoder states as (sources, group · len, d): the query shape the cross-attention mask needs.
+    Equal batches stay as they are (reshaping them would tie an exported graph's batch size to its example's)."""
+    if states.shape[0] == sources:
+        return states
+    return states.reshape(sources, -1, states.shape[-1])
+
+
+# §3.2.2 Multi-Head Attention
+class VaswaniTransformerAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, …, head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)."""
+
+    def __init__(
+        self, config: VaswaniTransformerConfig, layer_idx: int | None = None, is_causal: bool = False
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_causal = is_causal
+        self.num_heads = config.num_heads
+        self.d_k = config.head_dim_k
+        self.d_v = config.head_dim_v
+        self.scaling = self.d_k**-0.5
+        self.dropout = config.attention_dropout
+        # The paper's projections W^Q, W^K, W^V, W^O are plain matrices: no biases (as in tensor2tensor).
+        self.q_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=False)
+        self.k_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=False)
+        self.v_proj = nn.Linear(config.d_model, self.num_heads * self.d_v, bias=False)
+        self.out_proj = nn.Linear(self.num_heads * self.d_v, config.d_model, bias=False)
+
+    def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
+        return states.unflatten(-1, (self.num_heads, head_dim)).transpose(1, 2)  # (batch, heads, len, dim)
+
+    def _keys_values(
+        self, key_value_states: torch.Tensor, past_key_values: Cache | None, is_cross_attention: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V through the decoding cache (transformers' Cache API, as Marian's attention uses it):
+        self-attention appends this step's to the cache's; cross-attention's are computed at a generation's first
+        step and read from the cache after."""
+        cache = past_key_values
+        if isinstance(past_key_values, EncoderDecoderCache):
+            if is_cross_attention and past_key_values.is_updated.get(self.layer_idx):
+                layer = past_key_values.cross_attention_cache.layers[self.layer_idx]
+                return layer.keys, layer.values
+            cache = (
+                past_key_values.cross_attention_cache if is_cross_attention else cache.self_attention_cache
+            )
+        key_value_states = residual_stream(key_value_states, self.config.fast_path)  # one cast for K and V
+        keys = self._split_heads(self.k_proj(key_value_states), self.d_k)  # (batch, heads, src_len, d_k)
+        values = self._split_heads(self.v_proj(key_value_states), self.d_v)  # (batch, heads, src_len, d_v)
+        if cache is not None:
+            keys, values = cache.update(keys, values, self.layer_idx)
+            if is_cross_attention:
+                past_key_values.is_updated[self.layer_idx] = True
+        return keys, values
+
+    def _attention_function(self, query: torch.Tensor) -> Callable:
+        """The configured kernel (transformers' attention interface), or the eager path where the fast path
+        prefers it."""
+        implementation = self.config._attn_implementation
+        if prefers_eager_attention(query, implementation, self.config.fast_path):
+            return eager_attention_forward
+        return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        is_cross_attention = key_value_states is not None
+        query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (batch, heads, tgt_len, d_k)
+        kv_states = key_value_states if is_cross_attention else hidden_states
+        keys, values = self._keys_values(kv_states, past_key_values, is_cross_attention)
+        grouped = query.shape[0] != keys.shape[0]  # beams sharing their sentence's keys and values
+        if grouped:
+            query = queries_per_source(query, keys.shape[0])  # (sources, heads, group · tgt_len, d_k)
+        dropout = self.dropout if self.training else 0.0
+        output, weights = self._attention_function(query)(
+            self, query, keys, values, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs
+        )
+        output = output.reshape(
+            *hidden_states.shape[:-1], -1
+        )  # Concat(head_1, …, head_h): (batch, tgt_len, h·d_v)
+        if grouped and weights is not None:
+            weights = rows_per_beam(weights, hidden_states.shape[1])  # (batch, heads, tgt_len, src_len)
+        return self.out_proj(output), weights
+
+
+# §3.3 Position-wise Feed-Forward Networks
+class VaswaniTransformerFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2."""
+
+    def __init__(self, config: VaswaniTransformerConfig) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, config.d_ff)
+        self.fc2 = nn.Linear(config.d_ff, config.d_model)
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.activation_dropout = dropout_module(config.activation_dropout, config.fast_path)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = self.activation_fn(self.fc1(hidden_states))  # (batch, len, d_ff)
+        return self.fc2(self.activation_dropout(hidden_states))  # (batch, len, d_model)
+
+
+# §3.1 Encoder and Decoder Stacks: each sub-layer's output is LayerNorm(x + Dropout(Sublayer(x))) (post-norm, §5.4).
+# Each layer registers its feed-forward block first, as the first release did: initialisation draws its random
+# numbers in registration order, so a seed still gives the same model.
+class VaswaniTransformerEncoderLayer(GradientCheckpointingLayer):
+    """Self-attention, then the feed-forward network; each wrapped in residual dropout and a layer norm."""
+
+    def __init__(self, config: VaswaniTransformerConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.feed_forward = VaswaniTransformerFeedForward(config)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.self_attn = VaswaniTransformerAttention(config, layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = dropout_module(config.dropout, config.fast_path)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        attended, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
+        hidden_states = self.self_attn_layer_norm(hidden_states + self.dropout(attended))
+        transformed = self.feed_forward(hidden_states)
+        return self.final_layer_norm(hidden_states + self.dropout(transformed))  # (batch, src_len, d_model)
+
+
+class VaswaniTransformerDecoderLayer(GradientCheckpointingLayer):
+    """Masked self-attention, encoder-decoder attention, then the feed-forward network; each post-norm."""
+
+    def __init__(self, config: VaswaniTransformerConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.feed_forward = VaswaniTransformerFeedForward(config)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.self_attn = VaswaniTransformerAttention(config, layer_idx, is_causal=True)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn = VaswaniTransformerAttention(config, layer_idx)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = dropout_module(config.dropout, config.fast_path)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        attended, _ = self.self_attn(
+            hidden_states, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs
+        )
+        hidden_states = self.self_attn_layer_norm(hidden_states + self.dropout(attended))
+        attended, _ = self.encoder_attn(
+            hidden_states,
+            key_value_states=encoder_hidden_states,
+            attention_mask=encoder_attention_mask,
+            past_key_values=past_key_values,
+            **kwargs,
+        )
+        hidden_states = self.encoder_attn_layer_norm(hidden_states + self.dropout(attended))
+        transformed = self.feed_forward(hidden_states)
+        return self.final_layer_norm(hidden_states + self.dropout(transformed))  # (batch, tgt_len, d_model)
+
+
+class VaswaniTransformerPreTrainedModel(RemoteCodeSavingMixin, PreTrainedModel):
+    """Weight initialisation and transformers plumbing shared by all Vaswani Transformer classes (saved with the
+    translation pipeline's code: `RemoteCodeSavingMixin`)."""
+
+    config: VaswaniTransformerConfig
+    config_class = VaswaniTransformerConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VaswaniTransformerEncoderLayer", "VaswaniTransformerDecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _can_compile_fullgraph = True  # the decoding step traces as one graph (tested), as CUDA graphs need
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Projections and the shared embedding by `config.init_scheme`; LayerNorm to identity; biases to zero.
+        "normal" (N(0, 0.02), the default) starts each post-norm layer near the identity; "xavier" makes 6 encoder
+        layers' outputs nearly one vector, which small corpora turn into collapse (docs/decisions/
+        initialisation.md)."""
+        xavier = self.config.init_scheme == "xavier"
+        if isinstance(module, VaswaniTransformerSinusoidalPositionalEncoding):
+            init.copy_(module.inv_freq, module.compute_inv_freq(module.d_model))
+        elif isinstance(module, nn.Linear):
+            if xavier:
+                init.xavier_uniform_(module.weight)
+            else:
+                init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            # fairseq / tensor2tensor: N(0, d_model^-0.5), so that the sqrt(d_model)-scaled input has std 1.
+            std = self.config.d_model**-0.5 if xavier else self.config.init_std
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+
+
+# §3.4 Embeddings and Softmax: embeddings × sqrt(d_model) + positions, then dropout (§5.4)
+class VaswaniTransformerStack(VaswaniTransformerPreTrainedModel):
+    """What the encoder and decoder stacks share: token embeddings, positions, and their N layers."""
+
+    def __init__(self, config: VaswaniTransformerConfig, layers: list[nn.Module]) -> None:
+        super().__init__(config)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = (  # the §3.5 sinusoids, or Table 3 row (E)'s learned table
+            VaswaniTransformerLearnedPositionalEmbedding(config.max_position_embeddings, config.d_model)
+            if config.position_embedding_type == "learned"
+            else VaswaniTransformerSinusoidalPositionalEncoding(config.d_model)
+        )
+        self.dropout = dropout_module(config.dropout, config.fast_path)
+        self.layers = nn.ModuleList(layers)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def _scaled_embeddings(
+        self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Token embeddings multiplied by sqrt(d_model) (§3.4), from ids or given embeddings."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(
+                "Pass exactly one of input_ids or inputs_embeds (decoder_input_ids or decoder_inputs_embeds)."
+            )
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        return inputs_embeds * self.embed_scale
+
+    def _add_positions(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Embeddings + positional encodings, then dropout (§5.4 "we apply dropout to the sums")."""
+        hidden_states = inputs_embeds + self.embed_positions(position_ids).to(inputs_embeds.dtype)
+        hidden_states = residual_stream(hidden_states, self.config.fast_path)  # (batch, len, d_model)
+        return self.dropout(hidden_states)
+
+
+class VaswaniTransformerEncoder(VaswaniTransformerStack):
+    """The encoder stack: N identical layers, no final layer norm (post-norm)."""
+
+    _can_record_outputs = {
+        "hidden_states": VaswaniTransformerEncoderLayer,
+        "attentions": VaswaniTransformerAttention,
+    }
+
+    def __init__(self, config: VaswaniTransformerConfig) -> None:
+        super().__init__(
+            config, [VaswaniTransformerEncoderLayer(config, i) for i in range(config.num_encoder_layers)]
+        )
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        inputs_embeds = self._scaled_embeddings(input_ids, inputs_embeds)
+        # Positions count real tokens only, so left- and right-padded batches see the same positions.
+        if attention_mask is not None:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (batch, src_len)
+        else:
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
+        hidden_states = self._add_positions(inputs_embeds, position_ids)
+        mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+        )
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+class VaswaniTransformerDecoder(VaswaniTransformerStack):
+    """The decoder stack: N identical layers with masked self-attention and encoder-decoder attention."""
+
+    _can_record_outputs = {
+        "hidden_states": VaswaniTransformerDecoderLayer,
+        "attentions": OutputRecorder(VaswaniTransformerAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(VaswaniTransformerAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: VaswaniTransformerConfig) -> None:
+        super().__init__(
+            config, [VaswaniTransformerDecoderLayer(config, i) for i in range(config.num_decoder_layers)]
+        )
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        past_key_values = take_cache(past_key_values, kwargs)
+        if use_cache and past_key_values is None:  # decoding: keys and values of self- and cross-attention
+            past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        inputs_embeds = self._scaled_embeddings(input_ids, inputs_embeds)
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        # arange of a fixed length, then shifted: the static cache's length is data-dependent under torch.compile
+        position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_length
+        hidden_states = self._add_positions(inputs_embeds, position_ids)
+
+        self_attention_cache = (
+            past_key_values.self_attention_cache
+            if isinstance(past_key_values, EncoderDecoderCache)
+            else past_key_values
+        )
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            **{CACHE_NAME: self_attention_cache},
+            position_ids=position_ids.unsqueeze(0),
+        )
+        cross_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=rows_per_source(inputs_embeds, encoder_hidden_states.shape[0]),
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,  # positional, as gradient checkpointing requires
+                encoder_attention_mask=cross_mask,
+                past_key_values=past_key_values,
+                **kwargs,
+            )
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, **{CACHE_NAME: past_key_values}
+        )
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs for teacher forcing: <s> y_1 … y_{n-1}, with ignored (-100) labels turned into padding."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
+    """Encoder and decoder; the source and target embeddings are one shared BPE table (§3.4)."""
+
+    # the encoder's table, saved once (see __init__)
+    _keys_to_ignore_on_save = {"decoder.embed_tokens.weight"}
+
+    def __init__(self, config: VaswaniTransformerConfig) -> None:
+        super().__init__(config)
+        self.encoder = VaswaniTransformerEncoder(config)
+        self.decoder = VaswaniTransformerDecoder(config)
+        # The decoder embeds with the encoder's module itself, not a copy tied by weight, so FSDP sees one module
+        # holding the table. Saved once, under the encoder's name; no `_tied_weights_keys` entry, which would mark
+        # it loaded before it is (a checkpoint without it would leave it on the meta device).
+        self.decoder.embed_tokens = self.encoder.embed_tokens
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder.embed_tokens = self.decoder.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple[torch.Tensor, ...] | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqModelOutput:
+        past_key_values = take_cache(past_key_values, kwargs)
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class VaswaniTransformerForConditionalGeneration(
+    VaswaniTransformerPreTrainedModel, VaswaniTransformerLossMixin, VaswaniTransformerGenerationMixin
+):
+    """The translation model: decoder output → tied linear → softmax (§3.4), with the §5.4 training loss
+    (`VaswaniTransformerLossMixin`) and the §6.1 decoding (`VaswaniTransformerGenerationMixin`)."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}
+    _keys_to_ignore_on_save = {"model.decoder.embed_tokens.weight"}  # as VaswaniTransformerModel's
+    # The loss is normalised by the Trainer's token count, which keeps gradient accumulation exact.
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: VaswaniTransformerConfig) -> None:
+        super().__init__(config)
+        self.model = VaswaniTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+        # §6.1: beam size 4, length penalty α = 0.6 (GNMT form, see `length_penalty_type`).
+        self.generation_config.update(num_beams=4, length_penalty=0.6, early_stopping=True)
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple[torch.Tensor, ...] | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        past_key_values = take_cache(past_key_values, kwargs)
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs: Seq2SeqModelOutput = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits, loss = None, None
+        if labels is not None and self.fuses_loss():
+            loss = self.fused_loss(outputs.last_hidden_state, labels, num_items_in_batch)  # no logits held
+        else:
+            logits = self.lm_head(outputs.last_hidden_state)  # (batch, tgt_len, vocab)
+            if labels is not None:
+                # §5.4: smoothing regularises training ("hurts perplexity"); in eval mode the loss is the plain
+                # negative log-likelihood per token, so eval_loss gives the perplexity (exp) of Table 3
+                smoothing = None if self.training else 0.0
+                loss = self.label_smoothed_loss(logits, labels, num_items_in_batch, smoothing)
+        # the model's outputs (cache, hidden states, attentions) pass through under the same names
+        passed_on = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
+        return Seq2SeqLMOutput(loss=loss, logits=logits, **passed_on)
+
+
+__all__ = [
+    "VaswaniTransformerForConditionalGeneration",
+    "VaswaniTransformerModel",
+    "VaswaniTransformerPreTrainedModel",
+]

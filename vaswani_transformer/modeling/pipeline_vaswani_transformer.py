@@ -1,0 +1,317 @@
+"""Batched translation with the paper's decoding settings, as a function and as a registered pipeline.
+
+transformers v5 has no `translation` pipeline; `VaswaniTranslationPipeline` is registered as
+"vaswani-translation" (by `import vaswani_transformer`) and travels with pushed models as remote code, so
+`pipeline("vaswani-translation", model=..., trust_remote_code=True)` works without this package installed.
+Both decode float32 weights in bfloat16 (autocast) on a device that computes it faster than float32 at the model's
+width (precision_vaswani_transformer.py); pass `dtype=torch.float32` (the pipeline: `decoding_dtype=torch.float32`)
+to keep float32. Shipped as remote code: it imports only torch, tqdm, transformers and its sibling files.
+"""
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import Pipeline, PreTrainedModel, PreTrainedTokenizerBase
+
+from .configuration_vaswani_transformer import PIPELINE_TASK
+from .precision_vaswani_transformer import autocast_to, decoding_precision
+
+# Sentences per decoding batch: beam search drops each sentence once its beams are final, so a larger batch costs
+# few idle rows and takes fewer steps per sentence (docs/decisions/decoding-batches.md).
+BATCH_SIZE = 128
+logger = logging.getLogger(__name__)
+
+
+class DecodingBudgetError(ValueError):
+    """A batch whose decoding would need more memory than the device has free."""
+
+
+def cap_source_lengths(encodings: list[list[int]], limit: int) -> list[list[int]]:
+    """Sources cut to `limit` tokens (the model's position table), keeping their final EOS; the cut ones are
+    counted in a warning. An unbounded source makes decoding's memory and time unbounded too (a 200,000-character
+    line asked for 102 GB)."""
+    cut = [ids[: limit - 1] + ids[-1:] if len(ids) > limit else ids for ids in encodings]
+    if count := sum(len(ids) > limit for ids in encodings):
+        logger.warning(f"{count:,} source sentence(s) longer than {limit:,} tokens were cut to {limit:,}.")
+    return cut
+
+
+def free_memory_bytes(device: torch.device) -> int | None:
+    """Memory the device can still give: the GPU's free memory, or the host's MemAvailable (Linux); None when
+    it cannot be read."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def decoding_bytes(config: Any, sentences: int, beams: int, source_tokens: int, new_tokens: int) -> int:
+    """A generous estimate of the memory beam search holds for one batch: float32 log-probabilities over the
+    vocabulary for every beam (and their copies), the growing self-attention cache (two copies while it grows),
+    the cross-attention cache and the encoder's attention scores."""
+    rows, width = sentences * beams, config.d_model * 4
+    vocabulary = 3 * rows * config.vocab_size * 4
+    self_attention = 2 * 2 * config.num_decoder_layers * rows * (new_tokens + 1) * width
+    cross_attention = 2 * config.num_decoder_layers * sentences * source_tokens * width
+    encoder_scores = 2 * sentences * config.num_heads * source_tokens**2 * 4
+    return vocabulary + self_attention + cross_attention + encoder_scores
+
+
+def check_decoding_budget(
+    model: PreTrainedModel,
+    sentences: int,
+    source_tokens: int,
+    generate_kwargs: dict[str, Any],
+    in_flight: int = 1,
+) -> None:
+    """Refuse (DecodingBudgetError) a batch whose decoding would not fit in the device's free memory, `in_flight`
+    such batches at once, before it starts, naming the settings to lower."""
+    config, generation = model.config, model.generation_config
+    beams = generate_kwargs.get("num_beams") or generation.num_beams or 1
+    new_tokens = generate_kwargs.get("max_new_tokens") or source_tokens + config.max_length_offset
+    needed, free = (
+        in_flight * decoding_bytes(config, sentences, beams, source_tokens, new_tokens),
+        free_memory_bytes(model.device),
+    )
+    if free is not None and needed > free:
+        batches = "a batch" if in_flight == 1 else f"{in_flight} batches at once, each"
+        raise DecodingBudgetError(
+            f"decoding {batches} of {sentences:,} sentence(s) with {beams:,} beam(s) ({source_tokens:,} source and "
+            f"up to {new_tokens:,} new tokens, vocabulary {config.vocab_size:,}) needs about {needed / 2**30:,.1f} "
+            f"GiB, but {free / 2**30:,.1f} GiB are free: lower --num_beams or --batch_size."
+        )
+
+
+def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length (longest first), so little padding is decoded."""
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}.")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def batch_size_within_budget(
+    model: PreTrainedModel, encodings: list[list[int]], generate_kwargs: dict[str, Any]
+) -> int:
+    """`BATCH_SIZE` sentences, halved until a batch of the longest sources fits in memory (at least one)."""
+    longest = max(len(ids) for ids in encodings)
+    batch_size = min(BATCH_SIZE, len(encodings))
+    while batch_size > 1:
+        try:
+            check_decoding_budget(model, batch_size, longest, generate_kwargs)
+            return batch_size
+        except DecodingBudgetError:
+            batch_size //= 2
+    return batch_size
+
+
+def decoding_workers(device: torch.device, batches: int, workers: int | None = None) -> int:
+    """How many batches decode at once: `workers` if given, else two on a CPU with two or more of torch's threads
+    and two or more batches, else one.
+
+    A small model's decoding step on a CPU is many small operators and Python between them, which one thread per
+    batch does nearly as fast as two; two batches at once, each on half of the threads, keep both cores busy
+    while the other batch is in Python (more sentences a second, the same translations;
+    docs/decisions/decoding-batches.md). GPUs run one batch at a time (one stream).
+    """
+    if workers is not None:
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}.")
+        return min(workers, max(batches, 1))
+    return 2 if device.type == "cpu" and torch.get_num_threads() >= 2 and batches >= 2 else 1
+
+
+@contextmanager
+def intra_op_threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to `count` in this thread, and set back afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def workers_within_budget(
+    model: PreTrainedModel,
+    first_batch: list[list[int]],
+    generate_kwargs: dict[str, Any],
+    workers: int,
+    chosen: bool,
+) -> int:
+    """`workers`, or one where that many batches at once would not fit in memory and the count was not `chosen`;
+    refused (DecodingBudgetError) when not even one fits. The first batch holds the longest sources, so a budget
+    it breaks is found before any decoding."""
+    budget = (model, len(first_batch), max(len(ids) for ids in first_batch), generate_kwargs)
+    try:
+        check_decoding_budget(*budget, in_flight=workers)
+    except DecodingBudgetError:
+        if chosen or workers == 1:
+            raise
+        check_decoding_budget(*budget)
+        return 1
+    return workers
+
+
+def decoded_batches(
+    batches: list[list[int]], decode: Callable[[list[int]], list[str]], workers: int
+) -> Iterator[tuple[list[int], list[str]]]:
+    """Each batch with its translations as they finish: one at a time in this thread, or `workers` at once in
+    threads of their own, each on its share of torch's threads (an error in one stops the batches not started)."""
+    if workers == 1:
+        for batch in batches:
+            yield batch, decode(batch)
+        return
+    threads = max(1, torch.get_num_threads() // workers)
+    failed = threading.Event()  # set by the first error: batches not yet started are skipped (None)
+
+    def decode_in_worker(batch: list[int]) -> list[str] | None:
+        if failed.is_set():
+            return None
+        try:
+            with intra_op_threads(threads):
+                return decode(batch)
+        except BaseException:
+            failed.set()
+            raise
+
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="translate")
+    try:
+        futures = {pool.submit(decode_in_worker, batch): batch for batch in batches}
+        for future in as_completed(futures):
+            if (translations := future.result()) is not None:
+                yield futures[future], translations
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+@torch.no_grad()  # not inference_mode: see `decode` below
+def translate(
+    texts: Sequence[str],
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    batch_size: int | None = None,
+    show_progress: bool = False,
+    dtype: torch.dtype | None = None,
+    workers: int | None = None,
+    **generate_kwargs: Any,
+) -> list[str]:
+    """Translate `texts` and return the translations in input order.
+
+    Decoding uses the model's generation config (for this package: beam 4, GNMT length penalty α = 0.6,
+    output limit = source length + 50, §6.1) unless `generate_kwargs` override it. It computes in `dtype`, by
+    default `precision.decoding_precision`'s: bfloat16 autocast for float32 weights on a CPU or GPU that computes
+    bfloat16 faster at this model's width (its d_model), else the weights' dtype; `dtype=torch.float32` keeps float32 weights in float32.
+    Sources longer than the model's position table are cut to it (`cap_source_lengths`, with a warning). Batches
+    hold `batch_size` sentences, by default `BATCH_SIZE` or fewer where a batch of the longest sources would not
+    fit in memory (`batch_size_within_budget`); a batch that would not fit is refused before it decodes
+    (`check_decoding_budget`). `workers` batches decode at once (`decoded_batches`; default `decoding_workers`: two
+    on a multi-core CPU, one when two would not fit in memory).
+    """
+    if not texts:
+        return []
+    encodings = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+    encodings = cap_source_lengths(encodings, model.config.max_position_embeddings)
+    if batch_size is None:
+        batch_size = batch_size_within_budget(model, encodings, generate_kwargs)
+    batches = length_sorted_batches([len(ids) for ids in encodings], batch_size)
+    first_batch = [encodings[i] for i in batches[0]]
+    count = decoding_workers(model.device, len(batches), workers)
+    count = workers_within_budget(model, first_batch, generate_kwargs, count, chosen=workers is not None)
+    precision = decoding_precision(model.dtype, model.device, dtype, width=model.config.d_model)
+
+    def decode(batch: list[int]) -> list[str]:
+        """One batch's translations (autocast and grad mode are per thread, so entered here)."""
+        inputs = tokenizer.pad({"input_ids": [encodings[i] for i in batch]}, return_tensors="pt")
+        check_decoding_budget(model, len(batch), inputs["input_ids"].shape[1], generate_kwargs, count)
+        # no_grad, not inference_mode: autocast keeps its bfloat16 copy of each weight for the whole generate()
+        # only outside inference mode (inside it, every weight is cast again at every decoding step)
+        with torch.no_grad(), autocast_to(precision, model.dtype, model.device):
+            outputs = model.generate(**inputs.to(model.device), **generate_kwargs)
+        return [text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]
+
+    results: list[str] = [""] * len(texts)
+    was_training = model.training
+    model.eval()
+    try:
+        with tqdm(
+            total=len(batches), desc="translating", unit="batch", disable=not show_progress
+        ) as progress:
+            for batch, translations in decoded_batches(batches, decode, count):
+                for index, text in zip(batch, translations, strict=True):
+                    results[index] = text
+                progress.update()
+    finally:
+        model.train(was_training)
+    return results
+
+
+class VaswaniTranslationPipeline(Pipeline):
+    """`pipeline("vaswani-translation", model=...)`: sentences in, `{"translation_text": ...}` out.
+
+    Keyword arguments of the call (`num_beams=1`, `max_new_tokens=...`) override the model's generation config,
+    which holds the paper's decoding (§6.1). Like transformers 4's translation pipeline, one sentence gives a
+    list with one result and a list of sentences gives one result per sentence (a list of them per sentence with
+    `num_return_sequences=2`); `batch_size=` batches them.
+    """
+
+    _load_processor = False
+    _load_image_processor = False
+    _load_video_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = True
+
+    def _sanitize_parameters(
+        self, decoding_dtype: torch.dtype | None = None, **generate_kwargs: Any
+    ) -> tuple[dict, dict, dict]:
+        forward = dict(generate_kwargs)
+        if decoding_dtype is not None:
+            forward["decoding_dtype"] = decoding_dtype
+        return {}, forward, {}
+
+    def preprocess(self, text: str) -> dict[str, torch.Tensor]:
+        if not isinstance(text, str):
+            raise TypeError(f"{PIPELINE_TASK} translates strings, got {type(text).__name__}.")
+        encoding = self.tokenizer(text, return_tensors="pt")
+        return {"input_ids": encoding["input_ids"], "attention_mask": encoding["attention_mask"]}
+
+    def _forward(
+        self,
+        model_inputs: dict[str, torch.Tensor],
+        decoding_dtype: torch.dtype | None = None,
+        **generate_kwargs: Any,
+    ) -> dict[str, torch.Tensor]:
+        """generate() in `translate`'s precision: bfloat16 autocast on such devices unless `decoding_dtype`."""
+        precision = decoding_precision(
+            self.model.dtype, self.model.device, decoding_dtype, width=self.model.config.d_model
+        )
+        with autocast_to(precision, self.model.dtype, self.model.device):
+            output_ids = self.model.generate(**model_inputs, **generate_kwargs)
+        sentences = model_inputs["input_ids"].shape[0]
+        # (sentences, num_return_sequences, length): the pipeline splits a batch's outputs by sentence
+        return {"output_ids": output_ids.reshape(sentences, output_ids.shape[0] // sentences, -1)}
+
+    def postprocess(self, model_outputs: dict[str, torch.Tensor]) -> list[dict[str, str]]:
+        texts = self.tokenizer.batch_decode(model_outputs["output_ids"][0], skip_special_tokens=True)
+        return [{"translation_text": text.strip()} for text in texts]
+
+    def __call__(
+        self, inputs: str | list[str], **kwargs: Any
+    ) -> list[dict[str, str]] | list[list[dict[str, str]]]:
+        """One sentence: its translations (one unless `num_return_sequences`); several: one translation each, or
+        a list of them per sentence when `num_return_sequences` asks for more, as transformers 4 gave them."""
+        results = super().__call__(inputs, **kwargs)
+        if isinstance(inputs, str) or any(len(result) > 1 for result in results):
+            return results
+        return [result for (result,) in results]

@@ -1,0 +1,159 @@
+"""The final model (§6.1): the average of the last checkpoints, the best dev checkpoint, or the last weights; its
+decoding settings; and its scores on the dev and test sets, refused for a model that has collapsed."""
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from datasets import Dataset
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+from ..engines.torch_engine import TorchEngine
+from ..evaluation.loading import load_for_decoding
+from ..evaluation.scoring import translate_and_score, write_scores
+from ..hub import push_to_hub
+from ..modeling.pipeline_vaswani_transformer import translate
+from .checkpoints import average_checkpoints, whole_checkpoints
+from .job_data import Corpora
+from .monitoring import TrainingCollapsed, collapse_check_step, translation_symptom
+from .options import TrainOptions
+from .precision import RunPrecision
+from .trainer import TokenBudgetSeq2SeqTrainer
+
+logger = logging.getLogger(__name__)
+
+SANITY_SAMPLE = 100  # training sources decoded to check the final model when there is no dev set
+
+
+def build_final_model(options: TrainOptions, trainer: TokenBudgetSeq2SeqTrainer) -> Path:
+    """The final model: the average of the last checkpoints (§6.1), the best dev checkpoint, or the last weights."""
+    final_dir = options.output_dir / "final"
+    checkpoints = whole_checkpoints(options.output_dir)[0]
+    best = trainer.state.best_model_checkpoint
+    if options.final_model == "best" and best is not None:
+        logger.info(f"final model: {best} (best greedy dev BLEU {trainer.state.best_metric:.2f})")
+        return average_checkpoints([Path(best)], final_dir)
+    if options.final_model == "average" and options.average_last > 1 and len(checkpoints) >= 2:
+        chosen = checkpoints[-options.average_last :]
+        logger.info(f"final model: average of {', '.join(path.name for path in chosen)}")
+        return average_checkpoints(chosen, final_dir)
+    logger.info(f"final model: the weights after step {trainer.state.global_step}")
+    trainer.save_model(str(final_dir))
+    return final_dir
+
+
+def _check_final_model(options: TrainOptions, translations: list[str], advice: str) -> None:
+    """Refuse to report scores of a model that translates every sentence the same way (or into nothing)."""
+    judged = options.health_checks and options.max_steps >= collapse_check_step(options.warmup_steps)
+    symptom = translation_symptom(translations)
+    if judged and symptom:
+        raise TrainingCollapsed(
+            f"The final model has collapsed: {symptom}; no scores are reported. " + advice
+        )
+    if symptom:
+        why = (
+            "as --no_health_checks asks"
+            if not options.health_checks
+            else f"{options.max_steps} steps are too few to judge (the check starts at step "
+            f"{collapse_check_step(options.warmup_steps)})"
+        )
+        logger.warning(f"warning: the final model looks collapsed ({symptom}); scoring it anyway: {why}")
+
+
+def keep_decoding_settings(options: TrainOptions, model_dir: Path) -> None:
+    """Write the run's beam settings (--length_penalty, e.g. a recipe's α tuned on dev, and a --num_beams above 1)
+    into the final model's generation config, so the saved model decodes as its scores were measured. --num_beams 1
+    scores greedily without taking the beam from the model (a greedy config cannot hold beam settings)."""
+    overrides: dict[str, Any] = {}
+    if options.length_penalty is not None:
+        overrides["length_penalty"] = options.length_penalty
+    if options.num_beams is not None and options.num_beams > 1:
+        overrides["num_beams"] = options.num_beams
+    if overrides:
+        generation_config = GenerationConfig.from_pretrained(model_dir)
+        generation_config.update(**overrides)
+        generation_config.save_pretrained(model_dir)
+
+
+def _score(
+    options: TrainOptions,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    pairs: Dataset,
+    references_tokenized: list[str] | None = None,
+) -> tuple[list[str], dict]:
+    return translate_and_score(
+        TorchEngine(model, tokenizer),
+        list(pairs["source"]),
+        list(pairs["target"]),
+        target_lang=options.target_lang,
+        references_tokenized=references_tokenized,
+        split_compounds=options.split_compounds,
+        batch_size=options.eval_batch_size,
+        show_progress=True,
+        # --num_beams 1 is not in the model's config (keep_decoding_settings); the rest is
+        **({} if options.num_beams is None else {"num_beams": options.num_beams}),
+    )
+
+
+def evaluate_final_model(
+    options: TrainOptions, model_dir: Path, corpora: Corpora, advice: str
+) -> tuple[dict, dict | None, dict[str, str]]:
+    """Load the final model once: check it has not collapsed, score dev and test, translate the examples."""
+    model, tokenizer = load_for_decoding(model_dir)
+    dev_scores = None
+    if corpora.dev is not None:
+        dev_hypotheses, dev_scores = _score(options, model, tokenizer, corpora.dev)
+        logger.info(
+            f"dev: sacreBLEU {dev_scores['sacrebleu']['score']:.2f} (final model, {len(corpora.dev)} pairs)"
+        )
+        _check_final_model(options, dev_hypotheses, advice)
+        write_scores(model_dir, dev_hypotheses, dev_scores, name="dev_")
+    else:
+        sample = list(corpora.train["source"][:SANITY_SAMPLE])
+        _check_final_model(options, translate(sample, model, tokenizer, num_beams=1), advice)
+    hypotheses, scores = _score(options, model, tokenizer, corpora.test, corpora.test_references_tokenized)
+    write_scores(model_dir, hypotheses, scores)
+    examples = list(options.examples)
+    translations = dict(zip(examples, translate(examples, model, tokenizer), strict=True))
+    return scores, dev_scores, translations
+
+
+def write_training_run(
+    trainer: TokenBudgetSeq2SeqTrainer, train_seconds: float, folder: Path, precision: RunPrecision
+) -> None:
+    """How the model was trained (steps, time, hardware, precision and why, versions), for its model card."""
+    args = trainer.args
+    if torch.cuda.is_available():
+        hardware = f"{args.world_size} × {torch.cuda.get_device_name()}"
+    else:
+        hardware = f"{args.world_size} × CPU process ({torch.get_num_threads()} threads)"
+    run = {
+        "steps": trainer.state.global_step,
+        "train_seconds": round(train_seconds, 1),
+        "hardware": hardware,
+        "mixed_precision": {"no": "fp32"}.get(
+            trainer.accelerator.mixed_precision, trainer.accelerator.mixed_precision
+        ),
+        "mixed_precision_chosen_by": precision.chosen_by,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+    (folder / "training_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+
+
+def push_final_model(options: TrainOptions, model_dir: Path) -> str | None:
+    """Push the final model; when the upload fails (network, permissions), say how to retry and return None:
+    the trained and scored model stays where it is."""
+    try:
+        url = push_to_hub(model_dir, options.push_to_hub, private=options.hub_private)
+    except OSError as error:  # huggingface_hub's HTTP errors are OSErrors
+        logger.error(
+            f"error: pushing to {options.push_to_hub} failed: {error}\nThe model is saved in {model_dir}; retry "
+            f"with: vaswani-push {model_dir} --repo_id {options.push_to_hub}"
+        )
+        return None
+    logger.info(f"pushed to the Hub: {url}")
+    return url

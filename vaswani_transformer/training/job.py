@@ -1,0 +1,169 @@
+"""The end-to-end job: corpora → joint BPE → training with the paper's recipe → final model → BLEU → examples.
+
+`train_and_evaluate(options)` reads top to bottom as the data flows; each step lives in a module of its own
+(`job_data`, `precision`, `arguments`, `trainer`, `final_model`, `run_folder`). Under `torchrun` / `accelerate
+launch` every process trains on its shard of the token batches; only the main process trains the vocabulary,
+builds the final model, evaluates it and returns a result.
+"""
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, Seq2SeqTrainingArguments, TrainerCallback
+
+from ..data.token_arrays import TokenizedPairs, tokenize_pairs
+from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
+from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from ..plotting import plot_training_curve
+from .arguments import paper_training_arguments
+from .checks import check_inputs
+from .final_model import (
+    build_final_model,
+    evaluate_final_model,
+    keep_decoding_settings,
+    push_final_model,
+    write_training_run,
+)
+from .job_data import load_corpora, prepare_training_data
+from .monitoring import (
+    HealthCheck,
+    TrainingProgress,
+    collapse_check_step,
+    dev_metrics,
+    failure_advice,
+    only_progress_lines,
+    unigram_loss,
+)
+from .options import TrainOptions
+from .precision import precision_name, run_precision
+from .run_folder import delete_earlier_run, holding_run_folder, resume_point, write_options
+from .trainer import TokenBudgetSeq2SeqTrainer, build_trainer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    """Where things were written and what was measured."""
+
+    model_dir: Path
+    scores: dict
+    dev_scores: dict | None
+    train_seconds: float
+    example_translations: dict[str, str]
+    hub_url: str | None = None
+
+
+def train_and_evaluate(options: TrainOptions) -> TrainResult | None:
+    """Load data, train BPE, train the model with the paper's recipe, pick the final model, decode, score.
+
+    Returns None in the processes other than the main one. Raises `monitoring.TrainingFailure` when training
+    diverges or collapses, and `run_folder.RunFolderError` when another training holds --output_dir.
+    """
+    with holding_run_folder(options.output_dir):
+        return _train_and_evaluate(options)
+
+
+def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
+    check_inputs(options)  # again, now that the folder is this run's: a run may have finished there meanwhile
+    config = options.model_config()
+    args = _training_arguments(options, config)
+    advice = failure_advice(options.lr_scale, args.learning_rate, options.warmup_steps, config.init_scheme)
+    is_main = args.process_index == 0
+    if is_main and (shortfall := options.averaging_shortfall()):
+        logger.warning(shortfall)
+    corpora = load_corpora(options)  # read and checked before --overwrite deletes anything
+    if options.overwrite and is_main and options.output_dir.is_dir():
+        delete_earlier_run(options.output_dir)
+
+    def in_turn(step: str) -> contextlib.AbstractContextManager:
+        # local=False: on several machines, one process (on a shared --output_dir) writes what all of them read
+        return args.main_process_first(local=False, desc=step)
+
+    tokenizer, tokenized, filter_stats = prepare_training_data(options, corpora.train, is_main, in_turn)
+    # recorded once the folder holds the run's vocabulary: a run that fails before leaves no record behind
+    precision = run_precision(options.output_dir, options.mixed_precision, options.resume, is_main, in_turn)
+    args = precision.applied_to(args)
+    logger.info(filter_stats.summary())
+    dev = tokenize_pairs(corpora.dev, tokenizer, options.max_length)[0] if corpora.dev is not None else None
+    config.vocab_size = len(tokenizer)
+    torch.manual_seed(options.seed)
+    model = VaswaniTransformerForConditionalGeneration(config)
+    logger.info(
+        f"model: preset {options.preset}, {model.num_parameters():,} parameters, init {config.init_scheme}; "
+        f"peak learning rate {args.learning_rate:.2e} at step {options.warmup_steps}; "
+        f"{precision_name(args)} ({precision.chosen_by})"
+    )
+    if is_main:
+        write_options(options, options.output_dir)
+    floor = unigram_loss(tokenized.target_counts(len(tokenizer)), config.label_smoothing)
+    trainer = _trainer_for(options, args, model, tokenizer, tokenized, dev, floor, advice)
+    started = time.perf_counter()
+    with only_progress_lines():
+        trainer.train(resume_from_checkpoint=resume_point(options.output_dir, options.resume, is_main))
+    train_seconds = time.perf_counter() - started
+    if not is_main:
+        return None
+    model_dir = build_final_model(options, trainer)
+    tokenizer.save_pretrained(model_dir)
+    write_options(options, model_dir)
+    write_training_run(trainer, train_seconds, model_dir, precision)
+    keep_decoding_settings(options, model_dir)
+    plot_training_curve(trainer.state.log_history, model_dir / "training_curve.png", unigram_floor=floor)
+    scores, dev_scores, examples = evaluate_final_model(options, model_dir, corpora, advice)
+    hub_url = push_final_model(options, model_dir) if options.push_to_hub is not None else None
+    return TrainResult(model_dir, scores, dev_scores, train_seconds, examples, hub_url)
+
+
+def _training_arguments(options: TrainOptions, config: VaswaniTransformerConfig) -> Seq2SeqTrainingArguments:
+    """The paper's recipe with this job's batch, schedule, checkpoint and dev-decoding settings."""
+    return paper_training_arguments(
+        options.output_dir,
+        config.d_model,
+        max_steps=options.max_steps,
+        warmup_steps=options.warmup_steps,
+        lr_scale=options.lr_scale,
+        save_steps=options.save_steps,
+        average_last=options.average_last,
+        eval_steps=options.eval_steps,
+        logging_steps=min(options.logging_steps, options.max_steps),  # a short run still logs its loss
+        seed=options.seed,
+        torch_compile=options.torch_compile,
+        gradient_accumulation_steps=options.gradient_accumulation_steps,
+        per_device_eval_batch_size=options.eval_batch_size,
+        report_to=options.report_to or "none",
+    )
+
+
+def _trainer_for(
+    options: TrainOptions,
+    args: Seq2SeqTrainingArguments,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train: TokenizedPairs,
+    dev: TokenizedPairs | None,
+    floor: float,
+    advice: str,
+) -> TokenBudgetSeq2SeqTrainer:
+    """The paper's recipe on Seq2SeqTrainer, with dev decoding, the health check and the progress lines."""
+    callbacks: list[TrainerCallback] = [TrainingProgress()]
+    if options.health_checks:
+        check_from = collapse_check_step(options.warmup_steps)
+        logger.info(
+            f"health check: the loss must be below {floor:.3f} (unigram floor) from step {check_from} on"
+        )
+        callbacks.append(HealthCheck(floor, check_from, advice))
+    return build_trainer(
+        model,
+        tokenizer,
+        train,
+        args,
+        options.max_tokens,
+        eval_dataset=dev,
+        compute_metrics=dev_metrics(tokenizer) if dev is not None else None,
+        callbacks=callbacks,
+    )

@@ -1,0 +1,273 @@
+"""The job's data: the corpora its options name, read and checked, and the training pairs prepared once.
+
+`load_corpora` gives the training, dev and test pairs (given files, TSV files or Hub ids, or the embedded Tatoeba
+corpus with fixed held-out splits); `prepare_training_data` gives the joint BPE vocabulary and the tokenised
+training pairs from the data cache, making them there the first time (`data.prepared`). Every problem found
+here is an error naming its flag, before any training.
+"""
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from datasets import Dataset
+from transformers import PreTrainedTokenizerBase
+
+from ..data.corpora import (
+    TSV_SUFFIXES,
+    LoadStats,
+    load_parallel,
+    load_tatoeba,
+    read_text_lines,
+    train_test_split_fixed,
+)
+from ..data.prepared import (
+    bpe_sample,
+    build_once,
+    content_digest,
+    default_data_cache,
+    prepared_folder,
+    texts_for_bpe,
+)
+from ..data.token_arrays import FilterStats, TokenizedPairs, write_tokenized
+from ..data.tokenization import load_tokenizer, train_bpe
+from ..files import is_local_path
+from .options import PATH_FIELDS, TrainOptions
+
+logger = logging.getLogger(__name__)
+
+
+class CorpusError(ValueError):
+    """A corpus that cannot be used, found while loading it: before any training."""
+
+
+@dataclass
+class Corpora:
+    """Training, dev (optional) and test pairs as "source"/"target" Datasets."""
+
+    train: Dataset
+    dev: Dataset | None
+    test: Dataset
+    test_references_tokenized: list[str] | None = None
+
+
+def _check_text_pairs(options: TrainOptions) -> None:
+    """A plain-text source file needs its target file (only TSV files and Hub datasets hold both sides)."""
+    for side in ("train", "dev", "test"):
+        source, target = getattr(options, f"{side}_source"), getattr(options, f"{side}_target")
+        path = Path(source).expanduser() if source is not None else None
+        if path is not None and target is None and path.is_file() and not source.endswith(TSV_SUFFIXES):
+            raise ValueError(
+                f"--{side}_source {source} is a text file: give its line-aligned --{side}_target too "
+                f"(only {', '.join(TSV_SUFFIXES)} files hold both sides)."
+            )
+
+
+def check_data_inputs(options: TrainOptions) -> None:
+    """What preparing the data needs: the corpus files and a data cache folder."""
+    for name in PATH_FIELDS:
+        value = getattr(options, name)
+        if value is not None and is_local_path(value) and not Path(value).expanduser().exists():
+            hint = " (recipe paths start at --data_dir)" if options.recipe else ""
+            raise FileNotFoundError(f"--{name} {value}: no such file{hint}.")
+        if value is not None and Path(value).expanduser().is_dir():
+            raise ValueError(f"--{name} {value} is a folder: give the file inside it.")
+    _check_text_pairs(options)
+    _check_data_cache(data_cache_folder(options))
+
+
+def _check_data_cache(cache: Path) -> None:
+    """The data cache is a folder, or can be made as one: its nearest existing folder is writable."""
+    if cache.exists() and not cache.is_dir():
+        raise ValueError(f"--data_cache {cache} is a file: give a folder (it is made if missing).")
+    existing = next(path for path in (cache, *cache.parents) if path.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--data_cache {cache} cannot be made: {existing} is a file. Give a folder.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"--data_cache {cache}: {existing} is not writable. Give a folder you can write (or set HF_HOME)."
+        )
+
+
+def _log_loaded(stats: LoadStats, split: str) -> None:
+    logger.info(f"{split}: {stats.summary()}")
+
+
+def _load_pairs(
+    options: TrainOptions, source: str, target: str | None, split: str
+) -> tuple[Dataset, LoadStats]:
+    """One corpus, its load summary logged; a corpus that cannot be read as pairs or has no usable pair is an
+    error naming its flag."""
+    flag = {"train": "train_source", "validation": "dev_source", "test": "test_source"}[split]
+    try:
+        pairs, stats = load_parallel(
+            source,
+            target,
+            source_lang=options.source_lang,
+            target_lang=options.target_lang,
+            split=split,
+            hub_config=options.hub_config,
+            cache=data_cache_folder(options) if split == "train" else None,  # the big one, read once
+        )
+    except ValueError as error:  # e.g. a text pair whose line counts differ
+        raise CorpusError(f"--{flag} {source}: {error}") from None
+    _log_loaded(stats, split)
+    if len(pairs) == 0:
+        raise CorpusError(
+            f"--{flag} {source}: no usable pairs ({stats.summary()}). Expected a source file with a line-aligned "
+            "target file, or a TSV file of source<TAB>target lines."
+        )
+    return pairs, stats
+
+
+def _tokenized_references(path: str, test: LoadStats) -> list[str]:
+    """The tokenised test references, which must line up with the test pairs as read."""
+    try:
+        references = read_text_lines(path)
+    except ValueError as error:  # not UTF-8
+        raise CorpusError(f"--test_references_tokenized: {error}") from None
+    if len(references) != test.read:
+        raise CorpusError(
+            f"--test_references_tokenized {path} has {len(references):,} lines but the test set has "
+            f"{test.read:,}: they must be line-aligned."
+        )
+    if test.kept != test.read:
+        raise CorpusError(
+            f"{test.summary()}: with test pairs skipped, --test_references_tokenized {path} no longer lines up. "
+            "Remove the bad lines from the test files and the tokenised references alike."
+        )
+    return references
+
+
+def _first(pairs: Dataset, count: int | None) -> Dataset:
+    """The first `count` pairs (all when `count` is None)."""
+    return pairs if count is None else pairs.select(range(min(len(pairs), count)))
+
+
+def load_corpora(options: TrainOptions) -> Corpora:
+    """The job's pairs: given files / Hub ids, or the embedded Tatoeba corpus with fixed held-out splits."""
+    references = None
+    if options.train_source is None:
+        pairs, stats = load_tatoeba()
+        _log_loaded(stats, "embedded Tatoeba")
+        split = train_test_split_fixed(pairs, options.test_size, seed=options.seed)
+        train, test = split["train"], split["test"]
+    else:
+        train = _load_pairs(options, options.train_source, options.train_target, "train")[0]
+        test, test_stats = _load_pairs(options, options.test_source, options.test_target, "test")
+        if options.test_references_tokenized is not None:
+            references = _tokenized_references(options.test_references_tokenized, test_stats)
+    dev = None
+    if options.dev_source is not None:
+        dev = _load_pairs(options, options.dev_source, options.dev_target, "validation")[0]
+    elif options.dev_size:
+        if options.dev_size >= len(train):
+            raise CorpusError(
+                f"--dev_size {options.dev_size} leaves no training pairs ({len(train):,} loaded)."
+            )
+        split = train_test_split_fixed(train, options.dev_size, seed=options.seed)
+        train, dev = split["train"], split["test"]
+    test = _first(test, options.max_test_sentences)
+    dev = _first(dev, options.max_dev_sentences) if dev is not None else None
+    logger.info(
+        f"pairs: {len(train):,} train, {len(dev) if dev is not None else 0:,} dev, {len(test):,} test"
+    )
+    return Corpora(train, dev, test, references[: len(test)] if references is not None else None)
+
+
+def prepare_training_data(
+    options: TrainOptions,
+    train: Dataset,
+    is_main_process: bool = True,
+    in_turn: Callable[[str], contextlib.AbstractContextManager] | None = None,
+    for_run: bool = True,
+) -> tuple[PreTrainedTokenizerBase, TokenizedPairs, FilterStats]:
+    """The joint BPE vocabulary, the tokenised training pairs and what filtering dropped: from the data cache, or
+    made into it (`prepared`). `in_turn(step)` orders the processes of a distributed run (main process first).
+    For a run (`for_run`), the vocabulary is also the run folder's (`--output_dir`/tokenizer)."""
+    in_turn = in_turn or (lambda step: contextlib.nullcontext())
+    corpus_digest = content_digest(train)  # names the prepared data in the cache
+    with in_turn("joint BPE vocabulary"):
+        tokenizer = _tokenizer_for(options, train, is_main_process, corpus_digest, for_run)
+    with in_turn("tokenising"):
+        tokenized, filter_stats = _tokenized_training_set(options, train, tokenizer, corpus_digest)
+    return tokenizer, tokenized, filter_stats
+
+
+def data_cache_folder(options: TrainOptions) -> Path:
+    """--data_cache, or its default (HF_HOME/vaswani_transformer/prepared)."""
+    return options.data_cache if options.data_cache is not None else default_data_cache()
+
+
+def _tokenizer_for(
+    options: TrainOptions, train: Dataset, is_main_process: bool, corpus_digest: str, for_run: bool = True
+) -> PreTrainedTokenizerBase:
+    """The joint BPE vocabulary of both sides of the training pairs (`bpe_sample` of them), trained once per
+    corpus content and settings into the data cache, and (`for_run`) copied into the run folder by the main
+    process.
+
+    Other processes (and `--resume`) load the run folder's, so every rank shares one vocabulary.
+    """
+    tokenizer_dir = options.output_dir / "tokenizer"
+    if for_run and tokenizer_dir.is_dir() and (options.resume or not is_main_process):
+        return load_tokenizer(str(tokenizer_dir))
+    settings = (corpus_digest, options.vocab_size, options.lowercase, options.bpe_max_pairs, options.seed)
+    prepared = prepared_folder(data_cache_folder(options), "bpe", *settings)
+    if prepared.is_dir():
+        logger.info(f"joint BPE: reused {prepared}")
+    build_once(prepared, lambda folder: _train_bpe_into(folder, options, train))
+    tokenizer = load_tokenizer(str(prepared))
+    if for_run:
+        tokenizer.save_pretrained(tokenizer_dir)
+    if len(tokenizer) > options.vocab_size:
+        logger.warning(
+            f"warning: --vocab_size {options.vocab_size:,} is below the corpus's characters and special tokens: "
+            f"the vocabulary has {len(tokenizer):,} tokens, none of them merges."
+        )
+    elif len(tokenizer) < options.vocab_size:
+        logger.warning(
+            f"warning: the corpus gave {len(tokenizer):,} tokens, fewer than --vocab_size {options.vocab_size:,} "
+            "(no more pairs occur twice): the model's vocabulary has that size."
+        )
+    return tokenizer
+
+
+def _train_bpe_into(folder: Path, options: TrainOptions, train: Dataset) -> None:
+    started = time.perf_counter()
+    sample = bpe_sample(train, options.bpe_max_pairs, options.seed)
+    tokenizer = train_bpe(texts_for_bpe(sample), options.vocab_size, lowercase=options.lowercase)
+    tokenizer.save_pretrained(folder)
+    logger.info(
+        f"joint BPE: {len(tokenizer):,} tokens from {len(sample):,} of {len(train):,} pairs in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
+
+
+def _tokenized_training_set(
+    options: TrainOptions, train: Dataset, tokenizer: PreTrainedTokenizerBase, corpus_digest: str
+) -> tuple[TokenizedPairs, FilterStats]:
+    """The pairs tokenised once per corpus content, vocabulary and length limit into the data cache
+    (`token_arrays.write_tokenized`), memory-mapped from there."""
+    settings = (corpus_digest, tokenizer.backend_tokenizer.to_str(), options.max_length)
+    prepared = prepared_folder(data_cache_folder(options), "tokenized", *settings)
+    if prepared.is_dir():
+        logger.info(f"tokenised pairs: reused {prepared}")
+    build_once(prepared, lambda folder: _tokenize_into(folder, options, train, tokenizer))
+    stats = FilterStats(**json.loads((prepared / "filter_stats.json").read_text()))
+    return TokenizedPairs.load(prepared), stats
+
+
+def _tokenize_into(
+    folder: Path, options: TrainOptions, train: Dataset, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    started = time.perf_counter()
+    stats = write_tokenized(train, tokenizer, folder, options.max_length)
+    logger.info(f"tokenised {len(train):,} pairs in {time.perf_counter() - started:.1f} s")
+    if stats.kept == 0:
+        raise CorpusError(f"no training pair is left ({stats.summary()}): raise --max_length.")
+    (folder / "filter_stats.json").write_text(json.dumps(asdict(stats)))

@@ -1,0 +1,318 @@
+"""Every setting of the training job under one name: a `TrainOptions` field, a flag of the train command
+(`--max_steps`, also `--max-steps`) and a key of the recipe files.
+
+The values come from the recipe files only: recipes/defaults.yaml gives every field its default, a recipe
+(`TrainOptions.from_recipe`, `vaswani-train --recipe`) replaces some, flags replace them again. This module holds
+what each setting means and which values and combinations are allowed, checked before anything runs.
+"""
+
+import copy
+import difflib
+import json
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from huggingface_hub.errors import StrictDataclassError
+
+from ..modeling.configuration_vaswani_transformer import PRESETS, VaswaniTransformerConfig
+from .precision import MIXED_PRECISIONS
+from .recipes import available_recipes, cuda_settings, load_recipe, setting_defaults
+
+PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
+FINAL_MODELS = ("average", "best", "last")
+MAX_VOCAB_SIZE = 1_000_000  # 27x the paper's 37,000; far larger asks the BPE trainer for memory it aborts on
+DEFAULT_RECIPE = "tatoeba"  # what `vaswani-train` runs without --recipe: the main job
+PATH_FIELDS = (
+    "train_source",
+    "train_target",
+    "dev_source",
+    "dev_target",
+    "test_source",
+    "test_target",
+    "test_references_tokenized",
+)
+# Config keys that are settings of their own, so that each has one way to be set: not in --config_overrides.
+OWN_SETTINGS = {
+    "vocab_size": "the vocabulary is trained to --vocab_size and the model takes its size from it",
+    "dropout": "residual dropout is the setting --dropout (recipe key `dropout`)",
+}
+DEFAULTS = setting_defaults()
+
+
+class JsonDict(dict):
+    """A dict that can also be built from JSON text, so that it can be one command-line value."""
+
+    def __init__(self, value: str | dict | None = None) -> None:
+        super().__init__(json.loads(value) if isinstance(value, str) else (value or {}))
+
+
+def _setting(name: str, help: str) -> Any:
+    """A field whose default is recipes/defaults.yaml's value for `name` (a copy of it, for lists and dicts)."""
+    value = DEFAULTS[name]
+    if isinstance(value, list | dict):
+        return field(default_factory=lambda: copy.deepcopy(value), metadata={"help": help})
+    return field(default=value, metadata={"help": help})
+
+
+@dataclass
+class TrainOptions:
+    """Every setting of the training job; the defaults are recipes/defaults.yaml's (the paper's base recipe, §5)."""
+
+    recipe: str | None = field(
+        default=None,
+        metadata={
+            "help": f"named recipe ({', '.join(available_recipes())}) or a YAML file; its values replace the "
+            "defaults (recipes/defaults.yaml)"
+        },
+    )
+    # --- data
+    data_dir: Path = _setting("data_dir", "replaces {data_dir} in the paths below")
+    train_source: str | None = _setting(
+        "train_source", "source text file (one sentence a line), TSV file or Hub id; none: embedded Tatoeba"
+    )
+    train_target: str | None = _setting("train_target", "target text file, line-aligned")
+    hub_config: str | None = _setting("hub_config", "configuration of a Hub dataset, e.g. de-en")
+    source_lang: str = _setting("source_lang", "source language code")
+    target_lang: str = _setting("target_lang", "target language code")
+    dev_source: str | None = _setting("dev_source", "dev source file / TSV / Hub id")
+    dev_target: str | None = _setting("dev_target", "dev target file")
+    dev_size: int = _setting(
+        "dev_size", "without --dev_source: pairs held out of the training data as dev set"
+    )
+    max_dev_sentences: int | None = _setting("max_dev_sentences", "use only the first N dev pairs")
+    test_source: str | None = _setting("test_source", "test source file / TSV / Hub id")
+    test_target: str | None = _setting("test_target", "test reference file")
+    test_references_tokenized: str | None = _setting(
+        "test_references_tokenized", "tokenised references for tokenised BLEU (Multi30k lc.norm.tok)"
+    )
+    test_size: int = _setting("test_size", "embedded Tatoeba: held-out test pairs")
+    max_test_sentences: int | None = _setting("max_test_sentences", "score only the first N test pairs")
+    # --- model and vocabulary
+    preset: PresetName = _setting("preset", "model size: a configuration of the paper")
+    dropout: float | None = _setting("dropout", "residual dropout P_drop (none: the preset's)")
+    config_overrides: JsonDict = _setting(
+        "config_overrides", 'other config values as JSON, e.g. \'{"init_scheme": "xavier"}\''
+    )
+    vocab_size: int = _setting("vocab_size", "joint BPE vocabulary size")
+    lowercase: bool = _setting("lowercase", "lowercase text before BPE (and score lowercased)")
+    max_length: int = _setting("max_length", "drop training pairs with a longer side (tokens)")
+    bpe_max_pairs: int = _setting(
+        "bpe_max_pairs", "train the joint BPE on at most this many training pairs, a seeded sample (0: all)"
+    )
+    data_cache: Path | None = _setting(
+        "data_cache",
+        "folder of prepared data (the training corpus as read from files, joint BPE, tokenised pairs), one "
+        "subfolder per corpus and settings, reused by every run (none: HF_HOME/vaswani_transformer/prepared)",
+    )
+    # --- training (§5)
+    output_dir: Path = _setting("output_dir", "run folder")
+    max_tokens: int = _setting(
+        "max_tokens", "padded tokens per batch, side and process (paper: 25k over 8 GPUs)"
+    )
+    gradient_accumulation_steps: int = _setting("gradient_accumulation_steps", "batches per update")
+    mixed_precision: Literal[MIXED_PRECISIONS] = _setting(  # type: ignore[valid-type]
+        "mixed_precision",
+        "auto: the launcher's (accelerate launch --mixed_precision), else bf16 autocast where the device computes "
+        "it faster (GPUs with bf16; CPUs with AVX512-BF16 or AMX whose bf16 products measure at least 1.5x "
+        "float32's), else fp32; decided once per run and kept by --resume (training_precision.json)",
+    )
+    torch_compile: bool = _setting(
+        "torch_compile",
+        "compile the model with torch.compile (GPUs; the first batches of each shape compile)",
+    )
+    max_steps: int = _setting("max_steps", "optimiser updates")
+    warmup_steps: int = _setting("warmup_steps", "warm-up steps of eq. (3)")
+    lr_scale: float = _setting("lr_scale", "multiplies eq. (3); 1 is the paper's learning rate")
+    save_steps: int = _setting("save_steps", "checkpoint interval")
+    average_last: int = _setting("average_last", "checkpoints averaged into the final model (§6.1)")
+    final_model: Literal[FINAL_MODELS] = _setting(  # type: ignore[valid-type]
+        "final_model", "average of the last checkpoints, the best dev-BLEU checkpoint, or the last weights"
+    )
+    eval_steps: int = _setting("eval_steps", "decode the dev set greedily every N updates (0: never)")
+    logging_steps: int = _setting("logging_steps", "log (and check) the loss every N updates")
+    health_checks: bool = _setting(
+        "health_checks", "stop on divergence or collapse (--no_health_checks trains on)"
+    )
+    seed: int = _setting("seed", "seed for initialisation, batches and held-out splits")
+    resume: bool = _setting("resume", "continue from the last checkpoint in --output_dir")
+    overwrite: bool = _setting(
+        "overwrite", "delete an earlier run in --output_dir first (else it needs --resume)"
+    )
+    cuda_section: bool | None = _setting(
+        "cuda_section",
+        "apply the recipe's cuda: section (none: when a CUDA GPU is present); the run prints and records what "
+        "it applied",
+    )
+    # --- evaluation (§6.1 settings come from the model's generation config)
+    num_beams: int | None = _setting(
+        "num_beams",
+        "beam size; above 1 kept in the final model's generation config (none: the model's, 4, §6.1)",
+    )
+    length_penalty: float | None = _setting(
+        "length_penalty", "GNMT α, kept in the final model's generation config (none: the model's, 0.6, §6.1)"
+    )
+    eval_batch_size: int = _setting("eval_batch_size", "sentences per decoding batch")
+    split_compounds: bool = _setting("split_compounds", "WMT14 ##AT## compound splitting")
+    examples: list[str] = _setting("examples", "sentences translated at the end")
+    # --- sharing and logging
+    push_to_hub: str | None = _setting(
+        "push_to_hub", "Hub repo id (user/name): push the final model with its model card"
+    )
+    hub_private: bool = _setting("hub_private", "with --push_to_hub: create the repo private")
+    report_to: list[str] = _setting(
+        "report_to", "also log to these trackers, e.g. tensorboard (installed separately); default none"
+    )
+
+    def __post_init__(self) -> None:
+        self.output_dir, self.data_dir = Path(self.output_dir), Path(self.data_dir)
+        self.config_overrides = JsonDict(self.config_overrides)
+        for name in PATH_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, value.replace("{data_dir}", str(self.data_dir)))
+        self._check_numbers()
+        self._check_combinations()
+        self._check_config_overrides()
+
+    @classmethod
+    def from_recipe(cls, name: str, **overrides: Any) -> "TrainOptions":
+        """The options of a named recipe (or YAML file), with `overrides` on top; its cuda: section applies as
+        `overrides["cuda_section"]` says (None: when a CUDA GPU is present)."""
+        cuda = applies_cuda_section(overrides.get("cuda_section"))
+        recipe = load_recipe(name, allowed=option_names(), cuda=cuda)
+        return cls(**{**recipe, "recipe": name, **overrides, "cuda_section": cuda})
+
+    def _check_numbers(self) -> None:
+        """Numbers are in range, with a message naming the flag."""
+        at_least = {
+            "vocab_size": 1,
+            "max_length": 1,
+            "max_tokens": 1,
+            "gradient_accumulation_steps": 1,
+            "max_steps": 1,
+            "warmup_steps": 1,
+            "save_steps": 1,
+            "average_last": 1,
+            "logging_steps": 1,
+            "eval_batch_size": 1,
+            "test_size": 1,
+            "eval_steps": 0,
+            "dev_size": 0,
+        }
+        for name, minimum in at_least.items():
+            if getattr(self, name) < minimum:
+                raise ValueError(f"--{name} must be at least {minimum}, got {getattr(self, name)}.")
+        for name in ("num_beams", "max_test_sentences", "max_dev_sentences"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be at least 1 (or left out), got {getattr(self, name)}.")
+        if not self.lr_scale > 0:
+            raise ValueError(f"--lr_scale must be positive, got {self.lr_scale}.")
+        if self.bpe_max_pairs < 0:
+            raise ValueError(
+                f"--bpe_max_pairs {self.bpe_max_pairs}: give a number of pairs, or 0 for all of them."
+            )
+        if not 0 <= self.seed < 2**32:  # numpy's seed range: known now, not after the vocabulary is written
+            raise ValueError(f"--seed must be between 0 and {2**32 - 1}, got {self.seed}.")
+        if self.vocab_size > MAX_VOCAB_SIZE:  # the BPE trainer aborts the process (Rust) at 10^9
+            raise ValueError(
+                f"--vocab_size must be at most {MAX_VOCAB_SIZE:,}, got {self.vocab_size:,} (the paper: 37,000)."
+            )
+        if self.max_tokens < self.max_length:  # a pair of max_length tokens would overflow every batch
+            raise ValueError(
+                f"--max_tokens {self.max_tokens} is below --max_length {self.max_length}: a kept pair may be "
+                "longer than a whole batch's budget. Raise --max_tokens or lower --max_length."
+            )
+
+    def _check_combinations(self) -> None:
+        """Settings that only make sense together."""
+        if self.mixed_precision not in MIXED_PRECISIONS:
+            raise ValueError(
+                f"--mixed_precision must be one of {MIXED_PRECISIONS}, got {self.mixed_precision!r}."
+            )
+        if self.final_model not in FINAL_MODELS:
+            raise ValueError(f"--final_model must be one of {FINAL_MODELS}, got {self.final_model!r}.")
+        if self.preset not in PRESETS:
+            raise ValueError(f"--preset must be one of {sorted(PRESETS)}, got {self.preset!r}.")
+        if self.test_references_tokenized is not None and self.test_source is None:
+            raise ValueError("--test_references_tokenized needs the --test_source it tokenises.")
+        if self.resume and self.overwrite:
+            raise ValueError("--resume continues the run in --output_dir, --overwrite deletes it: give one.")
+        if self.train_source is not None and self.test_source is None:
+            raise ValueError(
+                "--test_source is required with --train_source (and --test_target for text pairs)."
+            )
+        if self.eval_steps and not self.has_dev_set:
+            raise ValueError("--eval_steps needs a dev set: --dev_source/--dev_target, or --dev_size N.")
+        if self.final_model == "best" and (not self.eval_steps or self.eval_steps % self.save_steps):
+            raise ValueError(
+                "--final_model best needs dev evaluations at checkpoint steps: --eval_steps a multiple of "
+                f"--save_steps ({self.save_steps})."
+            )
+
+    @property
+    def has_dev_set(self) -> bool:
+        return self.dev_source is not None or self.dev_size > 0
+
+    def averaging_shortfall(self) -> str | None:
+        """A warning when the run writes fewer checkpoints than --average_last asks to average, else None."""
+        checkpoints = math.ceil(self.max_steps / self.save_steps)  # the Trainer also saves at the last step
+        if self.final_model != "average" or self.average_last <= checkpoints:
+            return None
+        return (
+            f"warning: --average_last {self.average_last}, but the run writes {checkpoints} checkpoint(s) "
+            f"(--max_steps {self.max_steps}, --save_steps {self.save_steps}): the final model averages those."
+        )
+
+    def _check_config_overrides(self) -> None:
+        """--config_overrides names config keys (a typo is an error with a did-you-mean, never silently kept),
+        and none that is a setting of its own (`OWN_SETTINGS`)."""
+        known = {option.name for option in fields(VaswaniTransformerConfig)}
+        known |= set(VaswaniTransformerConfig.attribute_map)
+        for key in self.config_overrides:
+            if key in OWN_SETTINGS:
+                raise ValueError(f"--config_overrides cannot set {key}: {OWN_SETTINGS[key]}. Use --{key}.")
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"--config_overrides: {key!r} is not a key of the model's config.{hint}")
+
+    def model_config(self) -> VaswaniTransformerConfig:
+        """The model's config: the preset with --dropout and --config_overrides (raises ValueError on bad values)."""
+        overrides = dict(self.config_overrides)
+        if self.dropout is not None:
+            overrides["dropout"] = self.dropout
+        try:
+            return VaswaniTransformerConfig.from_preset(self.preset, vocab_size=self.vocab_size, **overrides)
+        except (
+            StrictDataclassError,
+            TypeError,
+        ) as error:  # a value of the wrong type: huggingface_hub's check
+            raise ValueError(f"--config_overrides: {error}") from error
+
+
+def option_names() -> set[str]:
+    """The names of all settings: fields of TrainOptions, flags of the train command, keys of recipes."""
+    return {option.name for option in fields(TrainOptions)}
+
+
+def applies_cuda_section(cuda_section: bool | None) -> bool:
+    """Whether a recipe's cuda: section applies: as --cuda_section says, else when a CUDA GPU is present."""
+    return torch.cuda.is_available() if cuda_section is None else cuda_section
+
+
+def cuda_section_note(options: TrainOptions) -> str | None:
+    """One line saying that the recipe's cuda: section replaced some of its values, and which; None when it did
+    not (no recipe, no section, or not applied)."""
+    if not options.cuda_section or options.recipe is None:
+        return None
+    applied = cuda_settings(options.recipe, allowed=option_names())
+    if not applied:
+        return None
+    values = ", ".join(f"{name} {value}" for name, value in applied.items())
+    return (
+        f"recipe {options.recipe}: its cuda: section applies ({values}); --cuda_section false keeps the "
+        "recipe's other values"
+    )

@@ -1,0 +1,137 @@
+"""Seq2SeqTrainer on §5.1's token-budget batches: the Trainer the job trains with, and `build_trainer`."""
+
+import copy
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from datasets import Dataset
+from torch.utils.data import DataLoader
+from transformers import (
+    DataCollatorForSeq2Seq,
+    EvalPrediction,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    TrainerCallback,
+)
+from transformers.trainer_callback import PrinterCallback
+
+from ..data.batching import TokenBudgetBatchSampler
+from ..data.token_arrays import PaddedPairBatches, TokenizedPairs, already_collated
+from .checkpoints import with_usual_permissions
+from .monitoring import TrainingProgress
+
+
+class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
+    """Seq2SeqTrainer on §5.1 batches of about `max_tokens` source and target tokens.
+
+    Training batches are padded from flat token arrays (`data.token_arrays.PaddedPairBatches`; `train_dataset` is
+    `TokenizedPairs`, memory-mapped from the data cache), about 40× faster on the host than collating Python
+    lists with `DataCollatorForSeq2Seq` (which still collates the dev set).
+
+    It also logs target tokens per second of training (from the token counts the Trainer makes anyway, read once
+    per log), and keeps the model's generation config as it was across dev decoding (Seq2SeqTrainer writes
+    transformers' fallback defaults such as max_length=20 into it, which would end "input length + 50").
+    """
+
+    def __init__(self, *args: Any, max_tokens: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_tokens = max_tokens
+        self._tokens_since_log: torch.Tensor | int = 0
+        self._window_started = time.perf_counter()
+
+    def get_train_dataloader(self) -> DataLoader:
+        pad_token_id = getattr(self.processing_class, "pad_token_id", self.model.config.pad_token_id)
+        batches = PaddedPairBatches(self.train_dataset, pad_token_id)  # padded batches without Python lists
+        pairs = batches.pairs
+        sampler = TokenBudgetBatchSampler(
+            pairs.source_lengths, pairs.target_lengths, self.max_tokens, seed=self.args.seed
+        )
+        loader = DataLoader(
+            batches,
+            batch_sampler=sampler,
+            collate_fn=already_collated,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory and torch.cuda.is_available(),
+        )
+        return self.accelerator.prepare(loader)
+
+    def get_batch_samples(
+        self, epoch_iterator: Iterator, num_batches: int, device: torch.device
+    ) -> tuple[list, torch.Tensor | int | None]:
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if num_items_in_batch is not None:  # target tokens of this update, summed over processes
+            self._tokens_since_log = self._tokens_since_log + num_items_in_batch
+        return batch_samples, num_items_in_batch
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:
+            seconds = time.perf_counter() - self._window_started
+            logs["target_tokens_per_second"] = round(float(self._tokens_since_log) / max(seconds, 1e-9))
+            self._tokens_since_log = 0
+            self._window_started = time.perf_counter()
+        super().log(logs, start_time)
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        started = time.perf_counter()
+        generation_config = copy.deepcopy(self.model.generation_config)
+        try:
+            return super().evaluate(*args, **kwargs)
+        finally:
+            self.model.generation_config = generation_config
+            self._window_started += time.perf_counter() - started  # dev decoding is not training time
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Checkpoints and saved models as transformers writes them, with the weights' permissions those of any
+        new file (safetensors writes 0600)."""
+        super()._save(output_dir, state_dict)
+        weights = Path(output_dir if output_dir is not None else self.args.output_dir) / "model.safetensors"
+        if weights.is_file():
+            with_usual_permissions(weights)
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """transformers warns of "missing keys" on every --resume for the tied weights, which a checkpoint never
+        holds (the decoder's embedding and the output layer are the encoder's table, §3.4); only other keys are
+        worth a warning."""
+        tied = set(getattr(self.model, "_tied_weights_keys", None) or {})
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
+
+def build_trainer(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train_dataset: TokenizedPairs | Dataset,
+    args: Seq2SeqTrainingArguments,
+    max_tokens: int,
+    *,
+    eval_dataset: TokenizedPairs | Dataset | None = None,
+    compute_metrics: Callable[[EvalPrediction], dict[str, float]] | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> TokenBudgetSeq2SeqTrainer:
+    """A Seq2SeqTrainer over token-budget training batches; the dev set (`TokenizedPairs`, or a
+    `tokenize_parallel` Dataset) is padded by DataCollatorForSeq2Seq."""
+    if isinstance(eval_dataset, TokenizedPairs):
+        eval_dataset = eval_dataset.to_dataset()
+    if eval_dataset is not None:  # longest first, so greedy decoding pads little
+        order = np.argsort(-eval_dataset.with_format("arrow")["src_len"].to_numpy(), kind="stable")
+        eval_dataset = eval_dataset.select(order).remove_columns(["src_len", "tgt_len"])
+    trainer = TokenBudgetSeq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+        callbacks=list(callbacks),
+        max_tokens=max_tokens,
+    )
+    if any(isinstance(callback, TrainingProgress) for callback in callbacks):
+        trainer.remove_callback(PrinterCallback)  # it would print every log dict again
+    return trainer
