@@ -1,19 +1,56 @@
-"""Every command in README.md and benchmarks/RESULTS.md runs as written (training ones in miniature)."""
+"""The documentation works as written: README.md, the site's pages (docs/**/*.md) and benchmarks/RESULTS.md.
 
+- Every training command of their ```bash blocks parses and finds its data; launcher configs exist; benchmark
+  scripts answer --help.
+- The commands of README.md and the site (`vaswani-*` and `python scripts/*.py`) run in miniature, in order, in
+  one fresh folder (RESULTS.md's reproduce measurements at full length, so they are only parsed).
+- The README's fine-tuning snippet (stock `Seq2SeqTrainer`) runs; the Training page shows the same one.
+- The site builds with `mkdocs build --strict`, and docs/hooks.py's generated parts cover what they stand for:
+  every bad-input case of tests/test_bad_inputs.py, every console command.
+"""
+
+import dataclasses
+import importlib.util
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+import yaml
 
+from tests.conftest import fake_hub_session
 from vaswani_transformer.cli.train import parse_options
-from vaswani_transformer.experiment import check_inputs
+from vaswani_transformer.training import check_inputs
 
 REPO = Path(__file__).resolve().parents[1]
-DOCUMENTS = ("README.md", "benchmarks/RESULTS.md")
+README = "README.md"
+
+
+def site_pages() -> tuple[str, ...]:
+    """docs/**/*.md, in the order of mkdocs.yml's nav, then the pages outside it (the decisions, ...)."""
+
+    def in_nav(entries: object) -> list[str]:
+        if isinstance(entries, str):
+            return [f"docs/{entries}"]
+        values = entries.values() if isinstance(entries, dict) else entries
+        return [page for entry in values for page in in_nav(entry)]
+
+    ordered = in_nav(yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
+    pages = sorted(str(path.relative_to(REPO)) for path in (REPO / "docs").rglob("*.md"))
+    return (*ordered, *(page for page in pages if page not in ordered))
+
+
+SITE_PAGES = site_pages()
+DOCUMENTS = (README, *SITE_PAGES, "benchmarks/RESULTS.md")
+RUN_IN_MINIATURE = (README, *SITE_PAGES)
+FINE_TUNING_HEADING = "## Fine-tune with `Seq2SeqTrainer`"
+COMMANDS: dict[str, str] = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
 # Appended to every training command: flags override the recipe, so the command runs as written, only smaller.
 MINIATURE = [
     "--max_steps", "6", "--save_steps", "1", "--warmup_steps", "2", "--eval_steps", "0", "--vocab_size", "300",
@@ -23,8 +60,24 @@ MINIATURE = [
 ]  # fmt: skip
 
 
+def script_commands() -> dict[str, str]:
+    """{"scripts/X.py": the console command it is an alias of}, from the module each script runs."""
+    by_target = {target: command for command, target in COMMANDS.items()}
+    aliases = {}
+    for script in sorted((REPO / "scripts").glob("*.py")):
+        (module,) = re.findall(
+            r"^from (vaswani_transformer\.cli\.\w+) import main$", script.read_text(), re.M
+        )
+        aliases[f"scripts/{script.name}"] = by_target[f"{module}:main"]
+    return aliases
+
+
+SCRIPTS = script_commands()
+
+
 def shell_commands(document: str) -> list[list[str]]:
-    """The commands of a document's ```bash blocks (continuations joined, `&&` chains split), as argv lists."""
+    """The commands of a document's ```bash blocks (continuations joined, comments dropped, `&&` chains split),
+    as argv lists."""
     text = (REPO / document).read_text(encoding="utf-8")
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
@@ -35,88 +88,335 @@ def shell_commands(document: str) -> list[list[str]]:
     return commands
 
 
-def train_arguments(argv: list[str]) -> list[str] | None:
-    """The arguments of scripts/train.py in a command (python or a launcher), or None for other commands."""
-    if "scripts/train.py" in argv:
-        return argv[argv.index("scripts/train.py") + 1 :]
+def console_command(argv: list[str]) -> tuple[str, list[str]] | None:
+    """(console command, its arguments) of `vaswani-X ...` or its alias `python scripts/X.py ...`; else None."""
+    if argv[0] in COMMANDS:
+        return argv[0], argv[1:]
+    if argv[0] == "python" and len(argv) > 1 and argv[1] in SCRIPTS:
+        return SCRIPTS[argv[1]], argv[2:]
     return None
+
+
+def train_arguments(argv: list[str]) -> list[str] | None:
+    """The train command's arguments in a command (also under a launcher, and `vaswani-prepare`'s, which takes
+    the same), or None for other commands."""
+    for script in ("scripts/train.py", "scripts/prepare_data.py"):
+        if script in argv:
+            return argv[argv.index(script) + 1 :]
+    found = console_command(argv)
+    if found is not None and found[0] in ("vaswani-train", "vaswani-prepare"):
+        return found[1]
+    return None
+
+
+def python_blocks(document: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (REPO / document).read_text(encoding="utf-8"), flags=re.S)
+
+
+def fine_tuning_snippet(document: str) -> str:
+    """The first ```python block under the fine-tuning heading."""
+    text = (REPO / document).read_text(encoding="utf-8")
+    section = text[text.index(FINE_TUNING_HEADING) :]
+    return re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+
+
+def load_hooks() -> ModuleType:
+    """docs/hooks.py, the MkDocs hook, as a module."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def user_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with the files the documentation's own-corpus examples name: train.en/.de (1,600 pairs, so that
+    `--dev_size 1000` leaves pairs to train on) and test.en/.de (20), taken from the embedded Tatoeba corpus."""
+    from vaswani_transformer.data import load_tatoeba
+
+    folder = tmp_path_factory.mktemp("user-corpus")
+    pairs = load_tatoeba()[0]
+    for split, rows in (
+        ("train", pairs.select(range(0, 32000, 20))),
+        ("test", pairs.select(range(5, 405, 20))),
+    ):
+        (folder / f"{split}.en").write_text("\n".join(rows["source"]) + "\n", encoding="utf-8")
+        (folder / f"{split}.de").write_text("\n".join(rows["target"]) + "\n", encoding="utf-8")
+    return folder
+
+
+def fresh_workspace(tmp_path: Path, user_corpus: Path) -> Path:
+    """A folder as a reader's checkout looks to the documented commands: scripts/, and their own corpus files."""
+    (tmp_path / "scripts").symlink_to(REPO / "scripts")
+    for file in user_corpus.iterdir():
+        (tmp_path / file.name).write_bytes(file.read_bytes())
+    return tmp_path
+
+
+# --- what every document says: cheap checks
+
+
+def test_the_site_and_the_readme_are_checked() -> None:
+    assert {"docs/index.md", "docs/training.md", "docs/decoding.md", "docs/errors.md"} <= set(SITE_PAGES)
+    assert set(SCRIPTS.values()) == set(COMMANDS)  # every command has its scripts/ alias
 
 
 @pytest.mark.parametrize("document", DOCUMENTS)
 def test_every_documented_train_command_parses_and_finds_its_data(
-    document: str, shared_data: Path, tmp_path: Path
+    document: str, shared_data: Path, user_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(user_corpus)  # train.en, test.de, ... as the documents name them
     for argv in shell_commands(document):  # launcher configs named in a command ship with the repo
         if "--config_file" in argv:
             assert (REPO / argv[argv.index("--config_file") + 1]).is_file(), shlex.join(argv)
-    commands = [
-        arguments for argv in shell_commands(document) if (arguments := train_arguments(argv)) is not None
-    ]
-    assert commands, f"{document} documents no training command"
-    for arguments in commands:
-        if "--help" in arguments:
+    for argv in shell_commands(document):
+        arguments = train_arguments(argv)
+        if arguments is None or "--help" in arguments:
             continue
         # a fresh --output_dir: the documented one may hold a run in this checkout
         options = parse_options(
             [*arguments, "--data_dir", str(shared_data), "--output_dir", str(tmp_path / "run")]
         )
-        check_inputs(options)  # local files of the recipe exist, the model config builds
+        check_inputs(dataclasses.replace(options, resume=False))  # local files exist, the model config builds
 
 
+def test_the_readme_documents_training_commands() -> None:
+    trains = [argv for argv in shell_commands(README) if train_arguments(argv) is not None]
+    assert ["python", "scripts/train.py"] in trains  # the main job
+    assert any("--train_source" in argv for argv in trains)  # your own corpus
+
+
+@pytest.mark.slow  # a fresh interpreter per benchmark script: imports torch and transformers each time
 def test_benchmark_commands_answer_help() -> None:
-    scripts = {argv[1] for document in DOCUMENTS for argv in shell_commands(document) if argv[:2] != ["python", "scripts/train.py"]
-               and argv[0] == "python" and argv[1].startswith("benchmarks/")}  # fmt: skip
+    scripts = {argv[1] for document in DOCUMENTS for argv in shell_commands(document)
+               if argv[0] == "python" and argv[1].startswith("benchmarks/")}  # fmt: skip
     assert scripts
     for script in sorted(scripts):
         subprocess.run([sys.executable, script, "--help"], cwd=REPO, check=True, capture_output=True)
 
 
-def test_readme_commands_run_in_miniature(shared_data: Path, tmp_path: Path) -> None:
-    """The README's python commands, in order, in a fresh folder (`runs/...` relative to it): the main job,
-    translating, the Hub folder, the pictures, the Multi30k recipe, averaging its last 5 checkpoints, and
-    evaluating the average."""
-    (tmp_path / "scripts").symlink_to(REPO / "scripts")
-    ran = []
-    for argv in shell_commands("README.md"):
-        stdin = None
-        if argv[:1] == ["echo"] and "|" in argv:  # echo TEXT | python scripts/...
-            stdin, argv = " ".join(argv[1 : argv.index("|")]) + "\n", argv[argv.index("|") + 1 :]
-        if argv[:1] != ["python"] or not argv[1].startswith("scripts/") or "--help" in argv:
-            continue
-        command = [sys.executable, *argv[1:]]
-        if argv[1] == "scripts/train.py":
-            command += [*MINIATURE, "--data_dir", str(shared_data)]
-        command = [part.replace("../shared/data", str(shared_data)) for part in command]
-        completed = subprocess.run(
-            command, cwd=tmp_path, input=stdin, capture_output=True, text=True, timeout=600
-        )
-        assert completed.returncode == 0, f"{shlex.join(argv)}\n{completed.stderr[-3000:]}"
-        ran.append(argv[1])
-    assert {
-        "scripts/train.py",
-        "scripts/average_checkpoints.py",
-        "scripts/evaluate_model.py",
-        "scripts/translate.py",
-        "scripts/push_to_hub.py",
-        "scripts/plot_attention.py",
-        "scripts/plot_positional_encoding.py",
-        "scripts/export_ctranslate2.py",
-        "scripts/export_onnx.py",
-    } <= set(ran)
-    assert (tmp_path / "runs" / "tatoeba-en-de" / "ct2" / "model.bin").is_file()
-    assert (tmp_path / "runs" / "tatoeba-en-de" / "onnx" / "decoder.onnx").is_file()
-    assert (tmp_path / "hub" / "tatoeba-en-de" / "README.md").is_file()
-    assert (tmp_path / "pictures" / "positional_encoding.png").is_file()
+@pytest.mark.parametrize("document", [README, *SITE_PAGES])
+def test_every_python_snippet_is_valid_python(document: str) -> None:
+    for block in python_blocks(document):
+        compile(block, f"{document} snippet", "exec")
 
 
-def test_readme_lists_the_bad_input_suite_case_for_case() -> None:
-    """The README's list of tests/test_bad_inputs.py's cases, by command, is the suite's own list."""
+def test_the_readme_is_a_front_page() -> None:
+    """Small, and its first screen is what the project is and the two commands: set-up + main job, the tests."""
+    text = (REPO / README).read_text(encoding="utf-8")
+    assert len(text.encode()) <= 12_500
+    first_screen = text[: text.index("\n## ")]
+    assert "Attention Is All You Need" in first_screen
+    assert "pip install -e . && python scripts/train.py" in first_screen
+    assert 'pip install -e ".[dev]" && HF_HUB_OFFLINE=1 python -m pytest -q' in first_screen
+
+
+@pytest.mark.parametrize("document", [README, "docs/index.md"])
+def test_relative_links_lead_to_files(document: str) -> None:
+    text = (REPO / document).read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(([^)#\s]+)", text):
+        if "://" not in target:
+            assert ((REPO / document).parent / target).exists(), target
+
+
+# --- docs/hooks.py: the generated parts
+
+
+def test_the_errors_page_lists_every_bad_input_case_with_its_message() -> None:
     from tests.test_bad_inputs import CASES
 
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    block = text[text.index(f"The {len(CASES)} cases of `tests/test_bad_inputs.py`") :].split("\n\n")[1]
-    listed: set[str] = set()
-    for item in " ".join(block.split()).removeprefix("- ").split(" - "):
-        command, names = item.split(": ", 1)
-        listed |= {f"{command} {name}" for name in names.removesuffix(".").split("; ")}
-    assert listed == set(CASES)
+    hooks = load_hooks()
+    listed = {
+        name: (command, message)
+        for command, rows in hooks.bad_input_cases().items()
+        for name, message in rows
+    }
+    assert set(listed) == set(CASES)
+    for name, case in CASES.items():
+        message = case.message if isinstance(case.message, str) else "(computed by the test)"
+        assert listed[name] == (case.command, message), name
+    table = hooks.bad_input_table()
+    assert all(f"| {name} |" in table for name in CASES)
+    assert f"{len(CASES)} cases over" in table
+    assert "<!-- generated: bad-input-cases -->" in (REPO / "docs" / "errors.md").read_text(encoding="utf-8")
+
+
+def test_the_cli_reference_is_every_console_command_with_its_help_and_exit_statuses() -> None:
+    hooks = load_hooks()
+    reference = hooks.cli_reference()
+    statuses = hooks.exit_statuses()
+    for command in COMMANDS:
+        assert f"## `{command}`" in reference and f"usage: {command}" in reference
+        assert f"| `{command}` |" in statuses
+    assert "3 when training diverged" in statuses  # vaswani-train's "Exit status:" paragraph
+    assert "<!-- generated: cli-reference -->" in (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+
+
+def test_every_marker_of_the_site_names_a_generated_part() -> None:
+    hooks = load_hooks()
+    markers = {name for page in SITE_PAGES for name in hooks.MARKER.findall((REPO / page).read_text())}
+    assert markers == set(hooks.GENERATED)
+
+
+def test_links_into_the_repository_are_pointed_at_the_sites_copies() -> None:
+    hooks = load_hooks()
+    markdown = "[r](../benchmarks/RESULTS.md#quality) ![c](../benchmarks/main_job_curve.png) [d](other.md) [w](https://x.org/a.md)"
+    assert hooks.site_links(markdown, "training.md", "docs") == (
+        "[r](results.md#quality) ![c](main_job_curve.png) [d](other.md) [w](https://x.org/a.md)"
+    )
+    assert (
+        hooks.site_links("![c](main_job_curve.png)", "results.md", "benchmarks") == "![c](main_job_curve.png)"
+    )
+    assert hooks.site_links("[i](../../benchmarks/RESULTS.md)", "decisions/x.md", "docs/decisions") == (
+        "[i](../results.md)"
+    )
+
+
+@pytest.mark.slow
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs", reason="the docs extra: pip install -e '.[docs]'")
+    completed = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-5000:]
+    site = tmp_path / "site"
+    assert "usage: vaswani-train" in (site / "cli" / "index.html").read_text(encoding="utf-8")
+    assert (site / "main_job_curve.png").is_file()  # benchmarks/ pictures, for the Results page
+
+
+# --- what the documents say runs: in miniature
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(user_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saved one-layer model with a joint BPE of the user corpus: a stand-in for the main job's model."""
+    import torch
+
+    from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
+    from vaswani_transformer.data import train_bpe
+
+    lines = [
+        line for name in ("train.en", "train.de") for line in (user_corpus / name).read_text().splitlines()
+    ]
+    tokenizer = train_bpe(lines, 300)
+    config = VaswaniTransformerConfig.from_preset(
+        "tiny", vocab_size=len(tokenizer), d_model=16, d_ff=32, num_heads=2, num_encoder_layers=1,
+        num_decoder_layers=1,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny-model")
+    VaswaniTransformerForConditionalGeneration(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_the_site_shows_the_readmes_fine_tuning_snippet() -> None:
+    assert fine_tuning_snippet("docs/training.md") == fine_tuning_snippet(README)
+
+
+@pytest.mark.slow
+def test_the_readmes_fine_tuning_snippet_runs_with_the_stock_trainer(
+    tiny_model_dir: Path, user_corpus: Path, tmp_path: Path
+) -> None:
+    """The snippet as written, on a tiny saved model in its `model_dir` and 2 steps instead of 1,000."""
+    code = fine_tuning_snippet(README)
+    assert "Seq2SeqTrainer(" in code and "max_steps=1000," in code
+    code = code.replace("max_steps=1000,", "max_steps=2,")
+    workspace = fresh_workspace(tmp_path, user_corpus)
+    (workspace / "runs" / "tatoeba-en-de").mkdir(parents=True)
+    (workspace / "runs" / "tatoeba-en-de" / "final").symlink_to(tiny_model_dir)
+    completed = subprocess.run(
+        [sys.executable, "-c", code], cwd=workspace, capture_output=True, text=True, timeout=600
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert (workspace / "runs" / "fine-tuned" / "final" / "model.safetensors").is_file()
+    assert completed.stdout.strip().splitlines()[-1].startswith("['")  # the translation printed at the end
+
+
+def stdin_and_redirections(argv: list[str]) -> tuple[list[str], str | None, str | None, str | None]:
+    """(the command, text piped in by `echo TEXT |`, file of `< FILE`, file of `> FILE`)."""
+    text = source = target = None
+    if argv[0] == "echo" and "|" in argv:
+        text, argv = " ".join(argv[1 : argv.index("|")]) + "\n", argv[argv.index("|") + 1 :]
+    for sign in ("<", ">"):
+        if sign in argv:
+            index = argv.index(sign)
+            source, target = (argv[index + 1], target) if sign == "<" else (source, argv[index + 1])
+            argv = argv[:index] + argv[index + 2 :]
+    return argv, text, source, target
+
+
+def runs_here(command: str, arguments: list[str]) -> bool:
+    """Whether a documented command runs in miniature: not --help, and not the WMT14 recipes (the Hub's corpus
+    and 8 GPUs), which are only parsed."""
+    return "--help" not in arguments and not any("wmt14" in argument for argument in arguments)
+
+
+@pytest.mark.slow
+def test_documented_commands_run_in_miniature(shared_data: Path, user_corpus: Path, tmp_path: Path) -> None:
+    """The commands of README.md, then of each page of the site in the nav's order, in one fresh folder (`runs/...`
+    relative to it, the reader's train.en/test.en beside it): trainings with MINIATURE's flags, a real push
+    against a fake Hub, everything else as written."""
+    workspace = fresh_workspace(tmp_path, user_corpus)
+    # a fresh machine's caches (prepared data, CTranslate2 and ONNX conversions), not this one's
+    environment = {**os.environ, "HF_HOME": str(tmp_path / "hf-home")}
+    done: set[tuple] = set()
+    for document in RUN_IN_MINIATURE:
+        for written in shell_commands(document):
+            argv, text, source, target = stdin_and_redirections(written)
+            found = console_command(argv)
+            if found is None or not runs_here(*found):
+                continue
+            command, arguments = found
+            if (key := (command, tuple(arguments), text, source, target)) in done:
+                continue
+            done.add(key)
+            extra = (
+                [*MINIATURE, "--data_dir", str(shared_data)]
+                if command in ("vaswani-train", "vaswani-prepare")
+                else []
+            )
+            arguments = [part.replace("../shared/data", str(shared_data)) for part in [*arguments, *extra]]
+            if command == "vaswani-push" and "--local_dir" not in arguments:
+                pushed_to_fake_hub(arguments, workspace)
+                continue
+            if argv[0] == "python":
+                run = [sys.executable, argv[1], *arguments]
+            else:
+                module, function = COMMANDS[command].split(":")
+                run = [
+                    sys.executable,
+                    "-c",
+                    f"import sys; from {module} import {function}; sys.exit({function}())",
+                ]
+                run += arguments
+            stdin = text.encode() if text else (workspace / source).read_bytes() if source else b""
+            completed = subprocess.run(
+                run, cwd=workspace, input=stdin, capture_output=True, timeout=600, env=environment
+            )
+            assert completed.returncode == 0, (
+                f"{document}: {shlex.join(written)}\n{completed.stderr.decode()[-3000:]}"
+            )
+            if target:
+                (workspace / target).write_bytes(completed.stdout)
+    assert {key[0] for key in done} == set(COMMANDS)  # every command is shown at work somewhere
+    assert (workspace / "runs" / "tatoeba-en-de" / "final" / "scores.json").is_file()
+    assert (workspace / "runs" / "my-model" / "final" / "scores.json").is_file()
+    assert (workspace / "runs" / "tatoeba-en-de" / "ct2" / "model.bin").is_file()
+    assert (workspace / "runs" / "tatoeba-en-de" / "onnx" / "decoder.onnx").is_file()
+    assert (workspace / "hub" / "tatoeba-en-de" / "README.md").is_file()
+    assert (workspace / "pictures" / "positional_encoding.png").is_file()
+
+
+def pushed_to_fake_hub(arguments: list[str], workspace: Path) -> None:
+    """A real push (no --local_dir), run in this process against a FakeHub: it must send one commit."""
+    from vaswani_transformer.cli import push
+
+    with pytest.MonkeyPatch.context() as patch, fake_hub_session() as hub:
+        patch.chdir(workspace)
+        assert push.main(arguments) == 0
+    assert len(hub.commits()) == 1
