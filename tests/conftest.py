@@ -37,6 +37,20 @@ def shared_data() -> Path:
     pytest.fail(f"{message} (or VASWANI_SKIP_REAL_DATA=1 to skip them)", pytrace=False)
 
 
+# The start of a script run in a fresh interpreter in which `import vaswani_transformer` fails: only a saved
+# folder's own remote code can load its model there.
+WITHOUT_THE_PACKAGE = r"""
+import json, sys
+
+class NoPackage:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "vaswani_transformer":
+            raise ImportError("vaswani_transformer is not installed here")
+
+sys.meta_path.insert(0, NoPackage())
+"""
+
+
 # A one-layer model small enough for end-to-end jobs in seconds on CPU (TrainOptions.config_overrides).
 TINY = {"d_model": 32, "d_ff": 64, "num_encoder_layers": 1, "num_decoder_layers": 1}
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from tests.conftest import WITHOUT_THE_PACKAGE
 from vaswani_transformer import (
     VaswaniTransformerConfig,
     VaswaniTransformerForConditionalGeneration,
@@ -28,15 +29,9 @@ EXPECTED = json.loads((SAVED / "expected.json").read_text(encoding="utf-8"))
 INTERFACE = json.loads((SAVED / "interface.json").read_text(encoding="utf-8"))
 
 # Runs where `import vaswani_transformer` fails: only the folder's own remote code can load it.
-WITHOUT_PACKAGE = r"""
-import json, sys
-
-class NoPackage:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "vaswani_transformer":
-            raise ImportError("vaswani_transformer is not installed here")
-
-sys.meta_path.insert(0, NoPackage())
+WITHOUT_PACKAGE = (
+    WITHOUT_THE_PACKAGE
+    + r"""
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 folder, sentences = sys.argv[1], json.loads(sys.argv[2])
@@ -45,6 +40,7 @@ tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
 outputs = model.generate(**tokenizer(sentences, padding=True, return_tensors="pt"))
 print(json.dumps([text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]))
 """
+)
 
 
 def test_a_folder_saved_before_loads_and_translates_as_it_did() -> None:

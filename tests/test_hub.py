@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 
+from tests.conftest import WITHOUT_THE_PACKAGE
 from vaswani_transformer.cli import push
 from vaswani_transformer.evaluation import load_for_decoding
 from vaswani_transformer.hub import build_model_card, model_files, write_hub_folder
@@ -19,15 +20,9 @@ from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
 SENTENCES = ["I love you.", "Where is the train station?", "Tom is reading a book in the garden."]
 
 # Runs in a fresh interpreter in which `import vaswani_transformer` fails: only the folder's remote code can work.
-WITHOUT_PACKAGE = r"""
-import json, sys
-
-class NoPackage:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "vaswani_transformer":
-            raise ImportError("vaswani_transformer is not installed here")
-
-sys.meta_path.insert(0, NoPackage())
+WITHOUT_PACKAGE = (
+    WITHOUT_THE_PACKAGE
+    + r"""
 from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedTokenizerFast, pipeline
 
 folder, sentences = sys.argv[1], json.loads(sys.argv[2])
@@ -55,6 +50,7 @@ print(json.dumps({
     "tokenizer_ids": tokenizer(sentences)["input_ids"],
 }))
 """
+)
 
 
 def card_metadata(text: str) -> dict:
