@@ -176,3 +176,13 @@ def test_a_folder_given_as_a_corpus_file_is_named_as_a_folder(tmp_path: Path, ca
     assert main([*arguments, "--output_dir", str(tmp_path / "run")]) == 2
     assert f"--train_source {corpus} is a folder: give the file inside it." in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_a_misspelt_key_in_the_cuda_section_is_an_error_whether_it_applies_or_not(
+    cuda: bool, tmp_path: Path
+) -> None:
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("max_steps: 3\ncuda:\n  max_stepz: 4\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"\(cuda: section\): unknown setting\(s\) \['max_stepz'\]"):
+        load_recipe(str(recipe), allowed=option_names(), cuda=cuda)

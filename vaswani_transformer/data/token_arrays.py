@@ -91,6 +91,11 @@ def _count_ids(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
     return counts
 
 
+def _flat_ids(rows: Sequence[Sequence[int]], lengths: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A batch's rows of ids back to back, in the token files' dtype."""
+    return np.fromiter(chain.from_iterable(rows), dtype=dtype, count=int(lengths.sum()))
+
+
 def _flat_list_column(ds: Dataset, name: str) -> tuple[np.ndarray, np.ndarray]:
     """A list-of-ids column as one flat int32 array and each row's length."""
     column = ds.with_format("arrow")[name].combine_chunks()
@@ -190,7 +195,7 @@ class _TokenFileWriter:
         self.counts = np.zeros(vocab_size, dtype=np.int64)
 
     def add(self, side: str, rows: Sequence[Sequence[int]], lengths: np.ndarray) -> None:
-        ids = np.fromiter(chain.from_iterable(rows), dtype=self.dtype, count=int(lengths.sum()))
+        ids = _flat_ids(rows, lengths, self.dtype)
         ids.tofile(self.files[side])
         self.lengths[side].append(lengths)
         if side == "target":
@@ -214,9 +219,7 @@ class _TokenArrays:
         self.lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
 
     def add(self, side: str, rows: Sequence[Sequence[int]], lengths: np.ndarray) -> None:
-        self.ids[side].append(
-            np.fromiter(chain.from_iterable(rows), dtype=self.dtype, count=int(lengths.sum()))
-        )
+        self.ids[side].append(_flat_ids(rows, lengths, self.dtype))
         self.lengths[side].append(lengths)
 
     def close(self) -> None:

@@ -1,9 +1,9 @@
 """§5.4 Label Smoothing: the training loss of the translation model, plain and fused with the tied softmax.
 
-Sibling of the model file (shipped with it as remote code; imports only torch and fast_path_vaswani_transformer.py). `label_smoothed_loss` computes it
-from logits; `fused_label_smoothed_loss` from the decoder's output and the tied output weights, never holding the
-(tokens × vocabulary) logits. Both sum over target tokens and divide by the token count (`per_token`).
-`VaswaniTransformerLossMixin` gives the translation model its loss methods and the choice between the two.
+Sibling of the model file (shipped with it as remote code; imports only torch and its fast_path sibling).
+`label_smoothed_loss` computes it from logits; `fused_label_smoothed_loss` from the decoder's output and the tied
+output weights, never holding the (tokens × vocabulary) logits. Both sum over target tokens and divide by the
+token count (`per_token`). `VaswaniTransformerLossMixin` gives the translation model its loss methods and the choice between the two.
 """
 
 from typing import Any

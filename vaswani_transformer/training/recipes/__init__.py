@@ -50,20 +50,25 @@ def _check_keys(values: dict[str, Any], allowed: set[str], where: str) -> None:
         raise ValueError(f"{where}: unknown setting(s) {unknown}; settings are {sorted(allowed)}")
 
 
+def _sections(name: str, allowed: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A recipe's settings and its `cuda:` section (empty when it has none), both checked."""
+    path = recipe_path(name)
+    values = _read(path)
+    on_gpu = values.pop(CUDA_SECTION, None) or {}
+    _check_keys(values, allowed, str(path))
+    _check_keys(on_gpu, allowed, f"{path} ({CUDA_SECTION}: section)")
+    return values, on_gpu
+
+
 def cuda_settings(name: str, *, allowed: set[str]) -> dict[str, Any]:
     """A recipe's `cuda:` section (empty when it has none)."""
-    path = recipe_path(name)
-    on_gpu = _read(path).get(CUDA_SECTION) or {}
-    _check_keys(on_gpu, allowed, f"{path} ({CUDA_SECTION}: section)")
-    return on_gpu
+    return _sections(name, allowed)[1]
 
 
 def load_recipe(name: str, *, allowed: set[str], cuda: bool) -> dict[str, Any]:
-    """A recipe's settings, with its `cuda:` section applied when `cuda`."""
-    path = recipe_path(name)
-    values = _read(path)
-    values.pop(CUDA_SECTION, None)
-    _check_keys(values, allowed, str(path))
+    """A recipe's settings, with its `cuda:` section applied when `cuda`; a key that is no setting is an error in
+    either part, whether the section applies or not."""
+    values, on_gpu = _sections(name, allowed)
     if cuda:
-        values.update(cuda_settings(name, allowed=allowed))
+        values.update(on_gpu)
     return values
