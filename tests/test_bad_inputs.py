@@ -213,6 +213,11 @@ CASES: dict[str, Case] = {
         lambda ws: ["--recipe", "wmt16", "--output_dir", ws.new],
         "unknown recipe 'wmt16': choose one of",
     ),
+    "train cuda section not a boolean": Case(
+        "train",
+        train_with("--cuda_section", "maybe"),
+        "vaswani-train: error: argument --cuda_section/--cuda-section: Truthy value expected: got maybe",
+    ),
     # train: the model's config, through --config_overrides
     "train override typo": Case(
         "train", overrides('{"init_schem": "xavier"}'), "'init_schem' is not a key of the model's config"

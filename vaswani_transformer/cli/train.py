@@ -49,7 +49,7 @@ def parse_options(
 ) -> TrainOptions:
     """Options from the command line: the recipe's values (its cuda: section where it applies) as defaults,
     given flags on top."""
-    first = argparse.ArgumentParser(add_help=False)
+    first = argparse.ArgumentParser(prog=prog, add_help=False)
     first.add_argument("--recipe", default=DEFAULT_RECIPE)
     first.add_argument("--cuda_section", "--cuda-section", type=string_to_bool, nargs="?", const=True)
     known = first.parse_known_args(argv)[0]
