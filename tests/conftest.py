@@ -22,6 +22,17 @@ from vaswani_transformer.training.options import DEFAULTS
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_as_they_were() -> Iterator[None]:
+    """Every test starts with this process's intra-op thread count. Compiling flex attention after the CTranslate2
+    and ONNX Runtime tests have run leaves torch at one thread (inside torch, not this package), and the tests that
+    compare this process's numbers with a fresh subprocess's, bit for bit, then differ in the last bit."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The real corpora beside the checkout (research-only: read, never copied into the repo).
