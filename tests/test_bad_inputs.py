@@ -21,7 +21,17 @@ from huggingface_hub import constants
 
 from tests.conftest import TINY, tatoeba_files
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
-from vaswani_transformer.cli import average, evaluate, export, push, train
+from vaswani_transformer.cli import (
+    average,
+    evaluate,
+    export,
+    export_onnx,
+    plot_attention,
+    plot_positional_encoding,
+    prepare,
+    push,
+    train,
+)
 from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.data.tokenization import train_bpe
 from vaswani_transformer.training.run_folder import LOCK_FILE
@@ -33,6 +43,10 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "average": average.main,
     "push": push.main,
     "export": export.main,
+    "export-onnx": export_onnx.main,
+    "prepare": prepare.main,
+    "plot-positional-encoding": plot_positional_encoding.main,
+    "plot-attention": plot_attention.main,
 }
 
 
@@ -414,6 +428,17 @@ CASES: dict[str, Case] = {
     ),
 }
 
+# Issue 50, one table per rule (each is merged into CASES below)
+OUTPUTS_APART_CASES: dict[
+    str, Case
+] = {}  # an output never lands on an input; --resume continues only its own run
+CACHE_CASES: dict[str, Case] = {}  # a cache entry proves itself before reuse
+ALL_OR_NOTHING_CASES: dict[str, Case] = {}  # writability checked before long work
+STREAMING_CASES: dict[str, Case] = {}  # vaswani-translate and vaswani-evaluate's decoding
+VALUE_CASES: dict[str, Case] = {}  # every value checked for what it is; inputs are what they say
+
+CASES |= OUTPUTS_APART_CASES | CACHE_CASES | ALL_OR_NOTHING_CASES | STREAMING_CASES | VALUE_CASES
+
 
 def snapshot(root: Path) -> dict[str, str]:
     """Every path under `root` with its content's hash (links: their target; folders: a mark)."""
@@ -452,8 +477,8 @@ def nothing_long_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", "/nonexistent/token")  # no stored login either
 
 
-def test_there_are_at_least_60_cases_over_every_command() -> None:
-    assert len(CASES) >= 60 and {case.command for case in CASES.values()} == set(COMMANDS)
+def test_there_are_at_least_100_cases_over_every_command() -> None:
+    assert len(CASES) >= 100 and {case.command for case in CASES.values()} == set(COMMANDS)
 
 
 @pytest.mark.parametrize("name", CASES)

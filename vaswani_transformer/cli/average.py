@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..training.checkpoints import average_last
+from .command import command
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -30,6 +31,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Average the checkpoints and print where the averaged model was written; returns the exit status (2: bad
     arguments or a folder that cannot be read or written, with a message)."""

@@ -38,6 +38,7 @@ from ..data.corpora import read_text_lines
 from ..engines.load import load_engine
 from ..engines.options import EngineOptions
 from ..evaluation.scoring import evaluate_model, evaluation_prefix, scores_file
+from .command import command
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
 
@@ -107,6 +108,7 @@ def evaluate(
     )
 
 
+@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Decode, score, and print the scores; returns the exit status (2: bad arguments, a missing model, or it
     would replace earlier scores)."""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..evaluation.loading import load_for_decoding
 from ..plotting import attention_maps, plot_attention
+from .command import command
 
 FILE_NAMES = {
     "cross": "cross_attention_layer{}.png",
@@ -46,6 +47,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Translate, record attention, draw; returns the exit status."""
     args = parse_args(argv)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..plotting import plot_positional_encoding
+from .command import command
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -31,6 +32,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Draw and print where the figure was written; returns the exit status."""
     args = parse_args(argv)

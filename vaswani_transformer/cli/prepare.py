@@ -17,9 +17,11 @@ import sys
 from collections.abc import Sequence
 
 from ..training.job_data import check_data_inputs, data_cache_folder, load_corpora, prepare_training_data
+from .command import command
 from .train import parse_options
 
 
+@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, read, prepare, say where; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)

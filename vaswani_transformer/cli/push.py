@@ -22,6 +22,7 @@ from pathlib import Path
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..hub import push_to_hub, write_hub_folder
+from .command import command
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -49,6 +50,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Write the Hub folder or push it; returns the exit status (2 for a bad folder or arguments)."""
     args = parse_args(argv)

@@ -21,6 +21,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
@@ -37,7 +38,8 @@ from ..training.options import (
     option_names,
 )
 from ..training.recipes import available_recipes, load_recipe
-from ..training.run_folder import RunFolderError
+from ..training.run_folder import OPTIONS_FILE, RunFolderError
+from .command import Interrupted, command
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -84,6 +86,7 @@ def _report(result) -> None:
     )
 
 
+@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, train, evaluate, report; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -99,6 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info(note)
     try:
         result = train_and_evaluate(options)
+    except KeyboardInterrupt:
+        if (Path(options.output_dir) / OPTIONS_FILE).is_file():
+            raise Interrupted(
+                f"the run can continue: the same command with --resume ({options.output_dir})"
+            ) from None
+        raise
     except (CorpusError, RunFolderError, FileNotFoundError) as error:  # found before training
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ from ..data.corpora import decode_text, read_text_lines, split_lines
 from ..engines.load import load_engine, translate_lines
 from ..engines.options import EngineOptions
 from ..modeling.pipeline_vaswani_transformer import DecodingBudgetError
+from .command import command
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
 
@@ -49,6 +50,7 @@ def read_stdin_lines() -> list[str]:
     return split_lines(decode_text(stdin_bytes.read(), "standard input") if stdin_bytes else sys.stdin.read())
 
 
+@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Read, translate, write; returns the exit status (2 for bad arguments or input, or a missing model)."""
     args, options = parse_args(argv)
