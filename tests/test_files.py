@@ -1,13 +1,16 @@
 """One rule tells a local path from a Hub id, for models (`check_model_name`) and corpora (`load_parallel`, the
-training flags): a missing local name is an error naming it, never a Hub request."""
+training flags): a missing local name is an error naming it, never a Hub request. Folders are written whole or not
+at all (`folder_written_whole`), and a write the machine refuses is said with its path and the fix."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from vaswani_transformer.data import load_parallel
 from vaswani_transformer.evaluation import check_model_name
-from vaswani_transformer.files import is_local_path
+from vaswani_transformer.files import folder_written_whole, is_local_path
 
 
 @pytest.mark.parametrize(
@@ -39,3 +42,56 @@ def test_a_mistyped_run_folder_is_named_for_models_and_corpora(tmp_path: Path, m
     assert check_model_name("runs/tatoeba-en-de") == "runs/tatoeba-en-de"
     with pytest.raises(FileNotFoundError, match="runs/pairs: no such file"):
         load_parallel("runs/pairs")
+
+
+def test_a_new_folder_appears_only_when_whole(tmp_path: Path) -> None:
+    final = tmp_path / "export"
+    with folder_written_whole(final, "--output") as temporary:
+        (temporary / "model.bin").write_bytes(b"weights")
+        assert not final.exists()
+    assert (final / "model.bin").read_bytes() == b"weights"
+    assert [path.name for path in tmp_path.iterdir()] == ["export"]
+
+
+def test_a_failure_leaves_the_earlier_folder_as_it_was_and_no_temporary(tmp_path: Path) -> None:
+    final = tmp_path / "export"
+    final.mkdir()
+    (final / "model.bin").write_bytes(b"old")
+    with pytest.raises(KeyboardInterrupt), folder_written_whole(final, "--output") as temporary:
+        (temporary / "model.bin").write_bytes(b"half")
+        raise KeyboardInterrupt
+    assert (final / "model.bin").read_bytes() == b"old"
+    assert [path.name for path in tmp_path.iterdir()] == ["export"]
+
+
+def test_writing_over_a_folder_replaces_only_the_files_written(tmp_path: Path) -> None:
+    final = tmp_path / "export"
+    (final / "sub").mkdir(parents=True)
+    (final / "notes.txt").write_text("the user's")
+    (final / "sub" / "a.json").write_text("old")
+    with folder_written_whole(final, "--output") as temporary:
+        (temporary / "sub").mkdir()
+        (temporary / "sub" / "a.json").write_text("new")
+    assert (final / "notes.txt").read_text() == "the user's" and (
+        final / "sub" / "a.json"
+    ).read_text() == "new"
+
+
+def test_a_write_past_the_machine_s_limit_names_the_path_and_the_fix(tmp_path: Path) -> None:
+    """RLIMIT_FSIZE makes the kernel refuse writes past 64 KB (EFBIG), as a full disk refuses them (ENOSPC)."""
+    script = f"""
+import resource, signal, sys
+from pathlib import Path
+from vaswani_transformer.files import WriteError, folder_written_whole
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+try:
+    with folder_written_whole(Path({str(tmp_path / "export")!r}), "--output") as temporary:
+        (temporary / "model.bin").write_bytes(bytes(1 << 20))
+except WriteError as error:
+    print(error)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.startswith(f"file size limit exceeded while writing {tmp_path / 'export'} (")
+    assert done.stdout.rstrip().endswith("MB free there): free space or choose another --output"), done.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -5,9 +5,13 @@ A name that means a local file or folder but does not exist is an error naming i
 would fail later, offline or with a 404 about a repository the user never meant).
 """
 
+import errno
 import hashlib
 import os
 import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 FILE_EXTENSION = re.compile(r"\.[A-Za-z]{1,5}$")  # ".en", ".tsv", ".gz"; not the ".1-8B" of a Hub name
@@ -35,6 +39,57 @@ def write_text_atomically(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(text, encoding="utf-8")
     os.replace(temporary, path)
+
+
+WRITE_FAILURES = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EFBIG: "file size limit exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+}
+
+
+class WriteError(OSError):
+    """A write that failed for a reason of the machine (full disk, read-only folder), said with the path and the
+    fix; what was being written has been removed."""
+
+
+def describe_write_failure(error: OSError, path: Path, choose: str) -> str:
+    """What went wrong while writing `path`, with the free space there and the fix: "no space left on device while
+    writing X (12 MB free there): free space or choose another --output"."""
+    reason = WRITE_FAILURES.get(error.errno or 0, error.strerror or str(error))
+    existing = next(parent for parent in (path, *path.parents) if parent.exists())
+    free_mb = shutil.disk_usage(existing).free // 2**20
+    return f"{reason} while writing {path} ({free_mb:,} MB free there): free space or choose another {choose}"
+
+
+@contextmanager
+def folder_written_whole(final: Path, choose: str) -> Iterator[Path]:
+    """A temporary sibling of `final` to write into, moved into place when the block ends: renamed to `final` when
+    there is none yet, else its files replace `final`'s of the same name one by one (files the writer does not
+    write stay). On any failure, an interrupt included, the temporary is removed and `final` is as it was; an
+    OSError of the machine becomes a WriteError naming `final` and `choose` (the flag that picks another place)."""
+    temporary = final.with_name(f".{final.name}.partial-{os.getpid()}")
+    shutil.rmtree(temporary, ignore_errors=True)
+    try:
+        temporary.mkdir(parents=True)
+        yield temporary
+        if final.exists():
+            for written in sorted(temporary.rglob("*")):
+                if written.is_file():
+                    target = final / written.relative_to(temporary)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(written, target)
+        else:
+            os.rename(temporary, final)
+    except OSError as error:
+        if isinstance(error, WriteError) or error.errno not in WRITE_FAILURES:
+            raise
+        raise WriteError(describe_write_failure(error, final, choose)) from error
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 def sha256_file(path: Path) -> str:
