@@ -83,16 +83,20 @@ def exit_statuses() -> str:
 
 
 def bad_input_cases(path: Path = REPO / "tests" / "test_bad_inputs.py") -> dict[str, list[tuple[str, str]]]:
-    """{command: [(case, message it must print)]} from the CASES dict of the test file, read without importing
-    it (a message computed by the test shows as such)."""
+    """{command: [(case, message it must print)]} from the case tables of the test file (CASES and the tables
+    merged into it, every dict literal assigned to a name ending in CASES), read without importing it (a message
+    computed by the test shows as such)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    (cases,) = [
+    tables = [
         node.value
         for node in tree.body
-        if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "CASES"
+        if isinstance(node, ast.AnnAssign)
+        and ast.unparse(node.target).endswith("CASES")
+        and isinstance(node.value, ast.Dict)
     ]
     by_command: dict[str, list[tuple[str, str]]] = {}
-    for key, case in zip(cases.keys, cases.values, strict=True):  # Case(command, arguments, message, ...)
+    pairs = [pair for table in tables for pair in zip(table.keys, table.values, strict=True)]
+    for key, case in pairs:  # Case(command, arguments, message, ...)
         fields = dict(zip(("command", "arguments", "message"), case.args, strict=False))
         fields |= {keyword.arg: keyword.value for keyword in case.keywords}
         message = fields["message"]
