@@ -69,7 +69,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
         "--split_compounds", "--split-compounds", action="store_true", help="WMT14 ##AT## compound splitting"
     )
     add_decoding_arguments(parser)
-    parser.add_argument("--name", default="", help="write NAME_hypotheses.txt and NAME_scores.json")
+    parser.add_argument(
+        "--name",
+        default="",
+        help="write NAME_hypotheses.txt and NAME_scores.json (NAME: ASCII letters, digits, '.', '_' and '-', "
+        "starting with a letter or digit)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation's files")
     parser.add_argument(
         "--json",
