@@ -435,7 +435,135 @@ OUTPUTS_APART_CASES: dict[
 CACHE_CASES: dict[str, Case] = {}  # a cache entry proves itself before reuse
 ALL_OR_NOTHING_CASES: dict[str, Case] = {}  # writability checked before long work
 STREAMING_CASES: dict[str, Case] = {}  # vaswani-translate and vaswani-evaluate's decoding
-VALUE_CASES: dict[str, Case] = {}  # every value checked for what it is; inputs are what they say
+
+
+def train_on_tsv(content: str) -> Callable[[Workspace], list[str]]:
+    """Train on a TSV file of `content` in place of the text pair."""
+
+    def arguments(ws: Workspace) -> list[str]:
+        flags = without("--train_target")(ws)
+        flags[flags.index("--train_source") + 1] = ws.write("pairs.tsv", content)
+        return flags
+
+    return arguments
+
+
+def model_weights(ws: Workspace) -> str:
+    return str(Path(ws.model) / "model.safetensors")
+
+
+def translate_with(*flags: str) -> Callable[[Workspace], list[str]]:
+    return lambda ws: [ws.model, *flags, sources(ws)]
+
+
+# every value checked for what it is; inputs are what they say
+VALUE_CASES: dict[str, Case] = {
+    # numbers: finite, and within what the code computes with
+    "translate length_penalty nan": Case(
+        "translate",
+        translate_with("--length_penalty", "nan"),
+        "argument --length_penalty/--length-penalty: 'nan': give a finite number (not nan or inf)",
+    ),
+    "translate length_penalty inf": Case(
+        "translate", translate_with("--length-penalty", "inf"), "'inf': give a finite number"
+    ),
+    "translate length_penalty 1e308": Case(
+        "translate",
+        translate_with("--length_penalty", "1e308"),
+        "--length_penalty 1e+308: give α between -10 and 10 (the paper: 0.6)",
+    ),
+    "evaluate length_penalty nan": Case(
+        "evaluate", evaluate_with("--name", "x", "--length_penalty", "nan"), "'nan': give a finite number"
+    ),
+    "evaluate length_penalty 1e308": Case(
+        "evaluate",
+        evaluate_with("--name", "x", "--length_penalty", "1e308"),
+        "--length_penalty 1e+308: give α between -10 and 10",
+    ),
+    "train lr_scale nan": Case(
+        "train", train_with("--lr_scale", "nan"), "--lr_scale nan: give a finite number (not nan or inf)"
+    ),
+    "export max_positions 10^8": Case(
+        "export",
+        lambda ws: [ws.model, ws.new, "--max_positions", "100000000"],
+        "--max_positions 100,000,000: give 1 to 65,536 tokens",
+    ),
+    "plot-positional-encoding length 10^9": Case(
+        "plot-positional-encoding",
+        lambda ws: ["--length", "1000000000", "--output", f"{ws.new}.png"],
+        "is 512,000,000,000 values; the picture draws at most 4,194,304 (it is 960 × 480 pixels): lower --length",
+    ),
+    # devices this machine has
+    "translate device mps": Case(
+        "translate", translate_with("--device", "mps"), "--device mps: this machine has "
+    ),
+    "translate device tpu": Case(
+        "translate", translate_with("--device", "tpu"), "--device tpu: this machine has "
+    ),
+    "evaluate device cuda:7": Case(
+        "evaluate", evaluate_with("--name", "x", "--device", "cuda:7"), "--device cuda:7: this machine has "
+    ),
+    # formats and files: what they say they are
+    "plot-positional-encoding output safetensors": Case(
+        "plot-positional-encoding",
+        lambda ws: ["--output", f"{ws.new}.safetensors"],
+        "new.safetensors: give a file name ending in a format matplotlib writes (",
+    ),
+    "plot-attention model file": Case(
+        "plot-attention",
+        lambda ws: [model_weights(ws), "A dog.", "--output_dir", ws.new],
+        "model.safetensors is a file: give the folder that holds it",
+    ),
+    "translate model file": Case(
+        "translate",
+        lambda ws: [model_weights(ws), sources(ws), "--device", "cpu"],
+        "model.safetensors is a file: give the folder that holds it",
+    ),
+    "translate a folder": Case(
+        "translate",
+        lambda ws: [ws.model, str(ws.root / "corpus")],
+        "corpus is a folder: give a file inside it",
+    ),
+    "translate old Mac line endings": Case(
+        "translate",
+        lambda ws: [ws.model, sources(ws, b"I love you.\rNo.\r")],
+        "test.en uses \\r (old Mac) line endings: convert them to \\n, e.g. `tr '\\r' '\\n'",
+    ),
+    "evaluate source is a folder": Case(
+        "evaluate",
+        lambda ws: [ws.model, "--source", str(ws.root / "corpus"), "--references", sources(ws)],
+        "corpus is a folder: give a file inside it",
+    ),
+    "evaluate empty source": Case(
+        "evaluate",
+        lambda ws: [
+            ws.model,
+            "--source",
+            ws.write("empty.en", b""),
+            "--references",
+            ws.write("empty.de", b""),
+        ],
+        "empty.en is empty: give a test set of at least one line",
+    ),
+    "evaluate name ..": Case(
+        "evaluate",
+        evaluate_with("--name", ".."),
+        "--name '..': start with an ASCII letter or digit, then use only ASCII letters",
+    ),
+    "evaluate name not ASCII": Case(
+        "evaluate", evaluate_with("--name", "\u00fc"), "--name '\u00fc': start with an ASCII letter or digit"
+    ),
+    "train three-column TSV": Case(
+        "train",
+        train_on_tsv("".join(f"Hello {i}.\tHallo {i}.\tCC-BY 2.0\n" for i in range(20))),
+        "20 malformed (the first on line 1)",
+    ),
+    "train old Mac line endings": Case(
+        "train",
+        corpus_replaced("train_source", b"".join(b"Sentence %d.\r" % i for i in range(150))),
+        "replaced-train_source uses \\r (old Mac) line endings",
+    ),
+}
 
 CASES |= OUTPUTS_APART_CASES | CACHE_CASES | ALL_OR_NOTHING_CASES | STREAMING_CASES | VALUE_CASES
 

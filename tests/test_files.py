@@ -10,7 +10,7 @@ import pytest
 
 from vaswani_transformer.data import load_parallel
 from vaswani_transformer.evaluation import check_model_name
-from vaswani_transformer.files import folder_written_whole, is_local_path
+from vaswani_transformer.files import check_input_file, folder_written_whole, is_local_path
 
 
 @pytest.mark.parametrize(
@@ -42,6 +42,27 @@ def test_a_mistyped_run_folder_is_named_for_models_and_corpora(tmp_path: Path, m
     assert check_model_name("runs/tatoeba-en-de") == "runs/tatoeba-en-de"
     with pytest.raises(FileNotFoundError, match="runs/pairs: no such file"):
         load_parallel("runs/pairs")
+
+
+def test_a_model_file_given_for_its_folder_is_named_as_a_file(tmp_path: Path) -> None:
+    """Issue 50: `MODEL/model.safetensors` was handed to transformers, whose error spoke of Hub repo ids."""
+    weights = tmp_path / "model" / "model.safetensors"
+    weights.parent.mkdir()
+    weights.write_bytes(b"weights")
+    with pytest.raises(
+        NotADirectoryError, match=r"model\.safetensors is a file: give the folder that holds it"
+    ):
+        check_model_name(str(weights))
+    assert check_model_name(weights.parent) == str(weights.parent)
+
+
+def test_an_input_file_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "input.en").write_text("Hi.\n")
+    check_input_file(tmp_path / "input.en")
+    with pytest.raises(IsADirectoryError, match=f"{tmp_path} is a folder: give a file inside it"):
+        check_input_file(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"missing\.en: no such file"):
+        check_input_file(tmp_path / "missing.en")
 
 
 def test_a_new_folder_appears_only_when_whole(tmp_path: Path) -> None:

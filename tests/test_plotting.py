@@ -1,10 +1,18 @@
-"""Figures: written as PNG files, with a clear error when there is nothing to plot."""
+"""Figures: written in the format their file names, with a clear error when there is nothing to plot, the format
+is not one matplotlib writes, or the picture would not fit in memory."""
 
 from pathlib import Path
 
 import pytest
 
-from vaswani_transformer.plotting import plot_positional_encoding, plot_training_curve
+from vaswani_transformer.plotting import (
+    MAX_ENCODING_VALUES,
+    check_figure_file,
+    check_positional_encoding_size,
+    figure_formats,
+    plot_positional_encoding,
+    plot_training_curve,
+)
 
 
 def test_positional_encoding_figure(tmp_path: Path) -> None:
@@ -62,3 +70,30 @@ def test_attention_command_writes_labelled_pictures(trained_run, tmp_path: Path,
     assert "I love you.  ->" in capsys.readouterr().out
     assert plot_attention.main([*args[:4], "--layer", "9"]) == 2
     assert "--layer 9: the model has 2 layers of cross attention" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suffix", [".png", ".PDF", ".svg"])
+def test_the_positional_encoding_is_written_in_the_format_its_suffix_names(
+    tmp_path: Path, suffix: str
+) -> None:
+    path = plot_positional_encoding(8, 10, tmp_path / f"pe{suffix}")
+    assert path.read_bytes().startswith({".png": b"\x89PNG", ".PDF": b"%PDF", ".svg": b"<?xml"}[suffix])
+
+
+def test_a_format_matplotlib_does_not_write_is_refused_before_drawing(tmp_path: Path) -> None:
+    """Issue 50: --output x.safetensors raised matplotlib's ValueError traceback after the drawing."""
+    for name in ("pe.safetensors", "pe"):
+        with pytest.raises(
+            ValueError, match=r"give a file name ending in a format matplotlib writes \(.*\.png.*\)"
+        ):
+            check_figure_file(tmp_path / name)
+    assert "png" in figure_formats() and "svg" in figure_formats()
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_positional_encoding_table_too_large_to_draw_is_refused_before_it_is_made() -> None:
+    """Issue 50: --length 1000000000 was killed by the kernel after 40 s with no message."""
+    check_positional_encoding_size(512, MAX_ENCODING_VALUES // 512)
+    for d_model, length in ((512, 10**9), (2, MAX_ENCODING_VALUES)):
+        with pytest.raises(ValueError, match="lower --length or --d_model"):
+            check_positional_encoding_size(d_model, length)

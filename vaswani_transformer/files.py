@@ -34,6 +34,15 @@ def is_local_path(name: str | Path) -> bool:
     )
 
 
+def check_input_file(path: Path) -> None:
+    """An input file that is there and is a file: a folder is an IsADirectoryError and a missing path a
+    FileNotFoundError, each naming the path (open() would say only "Is a directory" or "No such file")."""
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder: give a file inside it")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+
+
 def write_text_atomically(path: Path, text: str) -> None:
     """Write to a temporary name beside `path`, then rename: a failure leaves the earlier file whole."""
     temporary = path.with_name(f".{path.name}.tmp")

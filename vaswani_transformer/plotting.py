@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from matplotlib.backend_bases import FigureCanvasBase
 from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -57,8 +58,43 @@ def plot_training_curve(
     return Path(path)
 
 
+# The heat map is 960 × 480 pixels (8 × 4 inches at 120 dpi): a table of 2^22 values (2,048 positions of
+# d_model 2,048, or 8,192 of 512) is already several values a pixel and peaks near 0.3 GB; 8,192 × 8,192 peaked
+# at 4 GB, and 10^9 positions asked for terabytes until the kernel killed the process.
+MAX_ENCODING_VALUES = 2**22
+
+
+def figure_formats() -> list[str]:
+    """The file suffixes matplotlib writes figures in (png, pdf, svg, …), without the dot."""
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
+def check_figure_file(path: str | Path) -> None:
+    """A figure's file name ends in a format matplotlib writes (".png", ".pdf", ".svg", …); else a ValueError
+    naming them, before any drawing (savefig would find out only at the end)."""
+    formats = figure_formats()
+    if Path(path).suffix.lower().removeprefix(".") not in formats:
+        raise ValueError(
+            f"{path}: give a file name ending in a format matplotlib writes "
+            f"({', '.join('.' + name for name in formats)}), e.g. .png"
+        )
+
+
+def check_positional_encoding_size(d_model: int, length: int) -> None:
+    """At most MAX_ENCODING_VALUES values in the table drawn (ValueError naming --length and --d_model)."""
+    if d_model * length > MAX_ENCODING_VALUES:
+        raise ValueError(
+            f"--length {length:,} × --d_model {d_model:,} is {d_model * length:,} values; the picture draws at "
+            f"most {MAX_ENCODING_VALUES:,} (it is 960 × 480 pixels): lower --length or --d_model (the paper's "
+            "figure: 100 positions, 512 channels)."
+        )
+
+
 def plot_positional_encoding(d_model: int, length: int, path: str | Path) -> Path:
-    """Heat map of PE(pos, i) for the first `length` positions (sin on even, cos on odd channels)."""
+    """Heat map of PE(pos, i) for the first `length` positions (sin on even, cos on odd channels); a table too
+    large to draw or a file format matplotlib does not write is a ValueError before any work."""
+    check_positional_encoding_size(d_model, length)
+    check_figure_file(path)
     table = VaswaniTransformerSinusoidalPositionalEncoding(d_model)(torch.arange(length))
     figure = Figure(figsize=(8, 4))
     axis = figure.subplots()

@@ -127,21 +127,53 @@ def test_load_tsv_counts_bad_lines_without_crashing(tmp_path: Path) -> None:
         b"Windows line.\tWindows-Zeile.\r",
     ]
     ds, stats = load_tsv(write_lines(tmp_path / "pairs.tsv.gz", lines))
-    assert ds[:] == {
-        "source": ["Hi.", "Run!", "Windows line."],
-        "target": ["Hallo!", "Lauf!", "Windows-Zeile."],
-    }
-    assert (stats.read, stats.kept) == (8, 3)
-    assert (stats.skipped_malformed, stats.skipped_empty, stats.skipped_undecodable) == (1, 3, 1)
+    assert ds[:] == {"source": ["Hi.", "Windows line."], "target": ["Hallo!", "Windows-Zeile."]}
+    # issue 50: the three-field line is malformed, not a pair whose third field is dropped unseen
+    assert (stats.read, stats.kept) == (8, 2)
+    assert (stats.skipped_malformed, stats.skipped_empty, stats.skipped_undecodable) == (2, 3, 1)
+    assert stats.first_malformed_line == 2 and "2 malformed (the first on line 2)" in stats.summary()
     swapped, _ = load_tsv(tmp_path / "pairs.tsv.gz", source_column=1, target_column=0)
     assert swapped["source"][:] == ds["target"][:]
-    _, stats = load_tsv(tmp_path / "pairs.tsv.gz", target_column=2)
+    third, stats = load_tsv(
+        tmp_path / "pairs.tsv.gz", target_column=2
+    )  # columns named: lines of three fields
+    assert third[:] == {
+        "source": ["Run!"],
+        "target": ["CC-BY 2.0 (France) Attribution: tatoeba.org #906328 (CM)"],
+    }
     assert (stats.kept, stats.skipped_malformed, stats.skipped_empty, stats.skipped_undecodable) == (
         1,
         5,
         1,
         1,
     )
+    assert stats.first_malformed_line == 1
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_old_mac_line_endings_are_named_and_windows_ones_read(tmp_path: Path, gzipped: bool) -> None:
+    r"""Issue 50: a corpus with "\r"-only line endings was one overlong line, reported as "raise --max_length"."""
+    suffix = ".gz" if gzipped else ""
+    mac = tmp_path / f"mac.tsv{suffix}"
+    content = b"Hi.\tHallo!\rRun!\tLauf!\r"
+    mac.write_bytes(gzip.compress(content) if gzipped else content)
+    with pytest.raises(
+        ValueError, match=r"mac\.tsv(\.gz)? uses \\r \(old Mac\) line endings: convert them to \\n"
+    ):
+        load_tsv(mac)
+    source, target = tmp_path / "mac.en", tmp_path / "mac.de"
+    source.write_bytes(b"Hi.\rRun!\r")
+    target.write_bytes(b"Hallo!\nLauf!\n")
+    with pytest.raises(ValueError, match=r"mac\.en uses \\r \(old Mac\) line endings"):
+        load_text_pair(source, target)
+    with pytest.raises(ValueError, match=r"mac\.en uses \\r"):
+        corpora.read_text_lines(source)
+    windows = tmp_path / f"windows.tsv{suffix}"
+    content = b"Hi.\tHallo!\r\nRun!\tLauf!\r\n"
+    windows.write_bytes(gzip.compress(content) if gzipped else content)
+    assert load_tsv(windows)[0][:] == {"source": ["Hi.", "Run!"], "target": ["Hallo!", "Lauf!"]}
+    target.write_bytes(b"Hallo!\r\nLauf!\r\n")
+    assert corpora.read_text_lines(target) == ["Hallo!", "Lauf!"]
 
 
 def test_load_parallel_dispatches_on_arguments(tmp_path: Path) -> None:

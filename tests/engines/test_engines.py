@@ -318,3 +318,31 @@ def test_evaluate_prints_json_alone_with_json_and_says_which_references_it_token
     assert f"against {tokenised}" in text and "nrefs:1" in text and "{" not in text
     assert evaluate_cli.main([*argv, "--name", "here"]) == 0
     assert "Moses-tokenised here" in capsys.readouterr().out
+
+
+def test_a_device_this_machine_lacks_is_named_with_what_it_has() -> None:
+    """Issue 50: --device mps or tpu raised a RuntimeError traceback once the model moved there."""
+    from vaswani_transformer.engines.options import check_device
+
+    for device in ("auto", "cpu", "cuda", "cuda:0", "cuda:1"):
+        check_device(device, cuda_count=2)
+    check_device("mps", cuda_count=0, mps=True)
+    with pytest.raises(
+        ValueError, match=r"--device mps: this machine has only cpu \(no CUDA GPU\): use --device cpu"
+    ):
+        check_device("mps", cuda_count=0)
+    with pytest.raises(ValueError, match=r"--device cuda:7: this machine has cpu and cuda \(cuda:0\.\.1\)"):
+        check_device("cuda:7", cuda_count=2)
+    for device in ("tpu", "cuda:x", "gpu", ""):
+        with pytest.raises(ValueError, match="give one of them, or auto"):
+            check_device(device, cuda_count=1)
+
+
+def test_export_positions_are_bounded_before_anything_loads() -> None:
+    from vaswani_transformer.engines.ctranslate2 import MAX_EXPORT_POSITIONS, check_max_positions
+
+    check_max_positions(1)
+    check_max_positions(MAX_EXPORT_POSITIONS)
+    for count in (0, -5, MAX_EXPORT_POSITIONS + 1, 10**8):
+        with pytest.raises(ValueError, match=f"--max_positions {count:,}: give 1 to 65,536 tokens"):
+            check_max_positions(count, "--max_positions")

@@ -212,3 +212,10 @@ def test_tokenized_bleu_splits_compounds_in_hypotheses_and_references() -> None:
     # Unsplit: "a", "file" of 3 tokens match. Split on both sides: "a", "rich", "##AT##-##AT##", "file" of 5.
     assert (plain["counts"][0], plain["totals"][0]) == (2, 3)
     assert (split["counts"][0], split["totals"][0]) == (4, 5)
+
+
+def test_bleu_of_nothing_is_an_error_not_an_index_error() -> None:
+    """Issue 50: an empty test set reached sacreBLEU, which raised IndexError."""
+    for score in (lambda: sacre_bleu([], []), lambda: tokenized_bleu([], [], lang="de")):
+        with pytest.raises(ValueError, match="no sentences to score"):
+            score()

@@ -152,6 +152,10 @@ def test_a_recipe_with_an_unknown_setting_is_refused(tmp_path: Path) -> None:
         (["--seed", "8589934592"], "--seed must be between 0 and 4294967295, got 8589934592"),
         (["--resume", "--overwrite"], "--resume continues the run in --output_dir, --overwrite deletes it"),
         (["--test_references_tokenized", "refs.tok"], "--test_references_tokenized needs the --test_source"),
+        (["--lr_scale", "nan"], "--lr_scale nan: give a finite number (not nan or inf)"),
+        (["--dropout", "inf"], "--dropout inf: give a finite number"),
+        (["--length_penalty", "nan"], "--length_penalty nan: give a finite number"),
+        (["--length_penalty", "1e308"], "--length_penalty 1e+308: give α between -10 and 10"),
     ],
 )
 def test_bad_options_stop_before_training_with_status_2(arguments, message, capsys) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..engines.options import DTYPES, ENGINES, QUANTIZATIONS, EngineOptions, check_engine_options
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE
+from ..values import LENGTH_PENALTY_LIMIT, check_length_penalty, finite_float
 
 ENGINE_HELP = (
     "torch (default): the model in PyTorch. onnxruntime: the model's ONNX export (pip install "
@@ -38,8 +39,9 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--length_penalty",
         "--length-penalty",
-        type=float,
-        help="length penalty α (default: the model's, 0.6; GNMT form with --engine torch, |Y|^α with ctranslate2)",
+        type=finite_float,
+        help="length penalty α (default: the model's, 0.6; GNMT form with --engine torch, |Y|^α with ctranslate2), "
+        f"between -{LENGTH_PENALTY_LIMIT:g} and {LENGTH_PENALTY_LIMIT:g}",
     )
     parser.add_argument(
         "--batch_size",
@@ -52,7 +54,9 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help=QUANTIZE_HELP)
     parser.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP)
     parser.add_argument(
-        "--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when there is one)"
+        "--device",
+        default="auto",
+        help="cpu, cuda, cuda:1, ... (default: cuda when there is one); one this machine has",
     )
     parser.add_argument(
         "--ctranslate2_cache",
@@ -75,6 +79,10 @@ def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     for name in ("num_beams", "batch_size"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    try:
+        check_length_penalty("--length_penalty", args.length_penalty)
+    except ValueError as error:
+        parser.error(str(error))
     options = EngineOptions(
         engine=args.engine,
         quantize=args.quantize,

@@ -38,6 +38,7 @@ from ..data.corpora import read_text_lines
 from ..engines.load import load_engine
 from ..engines.options import EngineOptions
 from ..evaluation.scoring import evaluate_model, evaluation_prefix, scores_file
+from ..files import check_input_file
 from .command import command
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
@@ -68,7 +69,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
         "--split_compounds", "--split-compounds", action="store_true", help="WMT14 ##AT## compound splitting"
     )
     add_decoding_arguments(parser)
-    parser.add_argument("--name", default="", help="write NAME_hypotheses.txt and NAME_scores.json")
+    parser.add_argument(
+        "--name",
+        default="",
+        help="write NAME_hypotheses.txt and NAME_scores.json (NAME: ASCII letters, digits, '.', '_' and '-', "
+        "starting with a letter or digit)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation's files")
     parser.add_argument(
         "--json",
@@ -77,8 +83,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
     )
     args = parser.parse_args(argv)
     for path in (args.source, args.references, args.references_tokenized):
-        if path is not None and not path.is_file():
-            parser.error(f"{path}: no such file")
+        try:
+            if path is not None:
+                check_input_file(path)
+        except OSError as error:
+            parser.error(str(error))
     try:
         evaluation_prefix(args.name)
     except ValueError as error:
@@ -115,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, options = parse_args(argv)
     try:
         sources, references = read_lines(args.source), read_lines(args.references)
+        if not sources:
+            raise ValueError(f"{args.source} is empty: give a test set of at least one line.")
         if len(sources) != len(references):
             raise ValueError(
                 f"{args.source} has {len(sources)} lines but {args.references} has {len(references)}: a test "

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..engines.ctranslate2 import WEIGHT_TYPES, to_ctranslate2
+from ..engines.ctranslate2 import MAX_EXPORT_POSITIONS, WEIGHT_TYPES, check_max_positions, to_ctranslate2
 from .command import command
 
 
@@ -34,10 +34,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="weight type (default float32; int8 for fast CPU serving)",
     )
     parser.add_argument(
-        "--max_positions", type=int, default=1024, help="longest sentence in tokens, source and output (1024)"
+        "--max_positions",
+        type=int,
+        default=1024,
+        help=f"longest sentence in tokens, source and output (1024; at most {MAX_EXPORT_POSITIONS:,})",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace what is in OUTPUT_DIR")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        check_max_positions(args.max_positions, "--max_positions")
+    except ValueError as error:
+        parser.error(str(error))
+    return args
 
 
 @command

@@ -10,7 +10,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..plotting import plot_positional_encoding
+from ..plotting import (
+    MAX_ENCODING_VALUES,
+    check_figure_file,
+    check_positional_encoding_size,
+    plot_positional_encoding,
+)
 from .command import command
 
 
@@ -22,13 +27,31 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--d_model", "--d-model", type=int, default=512, help="model width (even)")
-    parser.add_argument("--length", type=int, default=100, help="number of positions")
-    parser.add_argument("--output", type=Path, default=Path("positional_encoding.png"), help="PNG file")
+    parser.add_argument(
+        "--length",
+        type=int,
+        default=100,
+        help=f"number of positions (--length × --d_model at most {MAX_ENCODING_VALUES:,})",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=Path("positional_encoding.png"),
+        help="the figure's file; its suffix is the format (.png, .pdf, .svg, …)",
+    )
     args = parser.parse_args(argv)
     if args.d_model < 2 or args.d_model % 2:
         parser.error(f"--d_model must be even and at least 2, got {args.d_model}")
     if args.length < 1:
         parser.error(f"--length must be at least 1, got {args.length}")
+    try:
+        check_positional_encoding_size(args.d_model, args.length)
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        check_figure_file(args.output)
+    except ValueError as error:
+        parser.error(f"--output {error}")
     return args
 
 

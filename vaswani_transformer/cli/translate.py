@@ -24,6 +24,7 @@ from pathlib import Path
 from ..data.corpora import decode_text, read_text_lines, split_lines
 from ..engines.load import load_engine, translate_lines
 from ..engines.options import EngineOptions
+from ..files import check_input_file
 from ..modeling.pipeline_vaswani_transformer import DecodingBudgetError
 from .command import command
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
@@ -39,8 +40,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
     add_decoding_arguments(parser)
     args = parser.parse_intermixed_args(argv)  # files may follow options: MODEL --num_beams 1 FILE
     for path in args.files:
-        if not path.is_file():
-            parser.error(f"{path}: no such file")
+        try:
+            check_input_file(path)
+        except OSError as error:
+            parser.error(str(error))
     return args, engine_options(parser, args)
 
 

@@ -36,12 +36,14 @@ class LoadStats:
     skipped_empty: int = 0
     skipped_malformed: int = 0
     skipped_undecodable: int = 0
+    first_malformed_line: int | None = None  # where to look first (1 = the first line)
 
     def summary(self) -> str:
         """One line for logs."""
+        where = f" (the first on line {self.first_malformed_line:,})" if self.first_malformed_line else ""
         return (
             f"{self.origin}: read {self.read:,} pairs, kept {self.kept:,}; skipped "
-            f"{self.skipped_empty:,} empty, {self.skipped_malformed:,} malformed, "
+            f"{self.skipped_empty:,} empty, {self.skipped_malformed:,} malformed{where}, "
             f"{self.skipped_undecodable:,} undecodable"
         )
 
@@ -52,8 +54,23 @@ def split_lines(text: str) -> list[str]:
     return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
 
 
+LINE_ENDING_HEAD = 1 << 16  # bytes read to tell a file's line endings
+
+
+def check_line_endings(head: bytes, name: str) -> None:
+    r"""Refuse text with "\r" (old Mac) line endings, given its first bytes: a "\r" and no "\n" in them. Split at
+    "\n" only, such a file is one line, which would be one overlong sentence (a corpus then reports "raise
+    --max_length"). "\r\n" (Windows) endings are fine: every reader drops the "\r"."""
+    if b"\r" in head and b"\n" not in head:
+        raise ValueError(
+            f"{name} uses \\r (old Mac) line endings: convert them to \\n, e.g. `tr '\\r' '\\n' < {name}`."
+        )
+
+
 def decode_text(raw: bytes, name: str) -> str:
-    """UTF-8 text (a leading BOM dropped); other bytes are a ValueError naming `name`, the line and the fix."""
+    r"""UTF-8 text (a leading BOM dropped) with "\n" or "\r\n" line endings; other bytes or "\r" endings are a
+    ValueError naming `name` and the fix (for bytes: the line)."""
+    check_line_endings(raw[:LINE_ENDING_HEAD], name)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
@@ -78,6 +95,12 @@ def _require_file(path: Path, expected: str) -> None:
 def _open_binary(path: Path) -> BinaryIO:
     """Open a plain or gzip-compressed file for reading bytes."""
     return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+
+
+def _check_file_line_endings(path: Path) -> None:
+    """`check_line_endings` on a corpus file's first bytes (decompressed), before it is read or cached."""
+    with _open_binary(path) as file:
+        check_line_endings(file.read(LINE_ENDING_HEAD), str(path))
 
 
 def _decode(raw: bytes) -> str | None:
@@ -206,6 +229,8 @@ def load_text_pair(
     source_path, target_path = Path(source_path), Path(target_path)
     _require_file(source_path, "the source side of a line-aligned text pair")
     _require_file(target_path, "the target side of a line-aligned text pair")
+    for path in (source_path, target_path):
+        _check_file_line_endings(path)
 
     def read(pairs: _PairChunks) -> LoadStats:
         stats = LoadStats(origin=f"{source_path} + {target_path}")
@@ -227,10 +252,13 @@ def load_text_pair(
 def load_tsv(
     path: str | Path, source_column: int = 0, target_column: int = 1, cache: Path | None = None
 ) -> tuple[Dataset, LoadStats]:
-    """Load a tab-separated file (UTF-8, optionally .gz); bad lines are skipped and counted. With a `cache`
-    folder, read once into it and mapped from there (`_load_files`)."""
+    """Load a tab-separated file (UTF-8, optionally .gz); bad lines are skipped and counted. A line must have
+    exactly the fields up to the last column read (source<TAB>target: two): one with more or fewer is malformed,
+    not a pair whose extra field is dropped unseen. With a `cache` folder, read once into it and mapped from there
+    (`_load_files`)."""
     path = Path(path)
     _require_file(path, "a tab-separated file with source and target columns")
+    _check_file_line_endings(path)
     needed = max(source_column, target_column) + 1
 
     def read(pairs: _PairChunks) -> LoadStats:
@@ -246,8 +274,9 @@ def load_tsv(
                     stats.skipped_empty += 1
                     continue
                 fields = line.split("\t")
-                if len(fields) < needed:
+                if len(fields) != needed:
                     stats.skipped_malformed += 1
+                    stats.first_malformed_line = stats.first_malformed_line or stats.read
                     continue
                 source, target = fields[source_column].strip(), fields[target_column].strip()
                 if not source or not target:
@@ -257,7 +286,8 @@ def load_tsv(
         stats.kept = pairs.kept
         return stats
 
-    return _load_files([path], read, cache, "tsv", source_column, target_column)
+    # "exact fields": reads made when a line could have more fields than it used are not reused
+    return _load_files([path], read, cache, "tsv", "exact fields", source_column, target_column)
 
 
 def _languages(feature: object) -> list[str]:

@@ -31,6 +31,8 @@ CTRANSLATE2_ACTIVATIONS = ("relu", "gelu")
 DECODING_FILE = "decoding.json"
 # What the conversion writes for a given model: bump it when that changes, so cached exports are made anew.
 EXPORT_FORMAT = 1
+# The most positions an export's tables hold: 0.27 GB a stack at d_model 1,024, far beyond any sentence.
+MAX_EXPORT_POSITIONS = 2**16
 CTRANSLATE2_EXTRA = "pip install 'vaswani_transformer[ctranslate2]' (or ctranslate2)"
 # This package's generate() keywords as CTranslate2's translate_batch options.
 CTRANSLATE2_NAMES = {"num_beams": "beam_size", "length_penalty": "length_penalty"}
@@ -144,6 +146,16 @@ def ctranslate2_spec(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     return spec
 
 
+def check_max_positions(max_positions: int, name: str = "max_positions") -> None:
+    """Between 1 and MAX_EXPORT_POSITIONS (ValueError): the export holds a max_positions × d_model table per stack,
+    made in memory first (10^8 positions asked for 25.6 GB)."""
+    if not 1 <= max_positions <= MAX_EXPORT_POSITIONS:
+        raise ValueError(
+            f"{name} {max_positions:,}: give 1 to {MAX_EXPORT_POSITIONS:,} tokens (the longest sentence, "
+            "source and output; the default 1,024 is the model's own position table)."
+        )
+
+
 def to_ctranslate2(
     model_dir: str | Path,
     output_dir: str | Path,
@@ -164,8 +176,7 @@ def to_ctranslate2(
         raise FileExistsError(
             f"{output} is not empty; choose another folder or pass overwrite=True (--overwrite)."
         )
-    if max_positions <= 0:
-        raise ValueError(f"max_positions must be positive, got {max_positions}.")
+    check_max_positions(max_positions)
     model, tokenizer = load_for_decoding(model_dir, device="cpu")
     spec = ctranslate2_spec(model, tokenizer, max_positions)
     spec.validate()

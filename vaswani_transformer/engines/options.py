@@ -53,10 +53,30 @@ def _check_choice(flag: str, value: str, choices: Sequence[str]) -> None:
         raise ValueError(f"{flag} {value}: choose one of {', '.join(choices)}.")
 
 
+def check_device(device: str, cuda_count: int, *, mps: bool = False) -> None:
+    """--device names a device this machine has: auto, cpu, cuda, cuda:N below `cuda_count`, or mps where
+    Apple's GPU is there; else a ValueError saying what it has (torch would raise a RuntimeError only once the
+    model moves there)."""
+    cuda = ["cuda", *(f"cuda:{index}" for index in range(cuda_count))] if cuda_count else []
+    if device in ("auto", "cpu", *cuda, *(["mps"] if mps else [])):
+        return
+    has = ["cpu"]
+    if cuda_count:
+        has.append(f"cuda (cuda:0..{cuda_count - 1})" if cuda_count > 1 else "cuda (cuda:0)")
+    if mps:
+        has.append("mps")
+    if len(has) == 1:
+        raise ValueError(
+            f"--device {device}: this machine has only cpu (no CUDA GPU): use --device cpu or auto."
+        )
+    raise ValueError(
+        f"--device {device}: this machine has {', '.join(has[:-1])} and {has[-1]}: give one of them, or auto."
+    )
+
+
 def _check_torch_options(options: EngineOptions) -> None:
+    check_device(options.device, torch.cuda.device_count(), mps=torch.backends.mps.is_available())
     device = torch_device(options.device)
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {options.device}: this machine has no CUDA GPU (use --device cpu).")
     if options.quantize != "int8":
         return
     if device != "cpu":
@@ -94,9 +114,8 @@ def _check_ctranslate2_options(options: EngineOptions) -> None:
         raise ValueError(f"--engine ctranslate2 needs CTranslate2: {CTRANSLATE2_EXTRA}.")
     import ctranslate2
 
+    check_device(options.device, ctranslate2.get_cuda_device_count())  # what CTranslate2 sees, no mps
     device, _ = ctranslate2_device(options.device)
-    if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
-        raise ValueError(f"--device {options.device}: CTranslate2 sees no CUDA GPU (use --device cpu).")
     compute_type = ctranslate2_compute_type(options.quantize, options.dtype, device)
     supported = sorted(ctranslate2.get_supported_compute_types(device))
     if compute_type not in supported:

@@ -31,9 +31,12 @@ def _bleu_metric() -> "evaluate.EvaluationModule":
 
 
 def _check_parallel(hypotheses: list[str], references: list[str]) -> None:
-    """Raise if hypotheses and references are not line-aligned."""
+    """Raise if hypotheses and references are not line-aligned, or there is nothing to score (BLEU of no
+    sentences is undefined; sacreBLEU would fail on it with an IndexError)."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    if not hypotheses:
+        raise ValueError("no sentences to score: BLEU needs at least one hypothesis and its reference")
 
 
 def _corpus_bleu(hypotheses: list[str], references: list[str], **bleu_options: Any) -> dict:

@@ -15,8 +15,13 @@ from ..files import is_local_path
 
 
 def check_model_name(name: str | Path) -> str:
-    """A model folder that exists, or a Hub id (`user/name`); a missing local path is an error, never a Hub call."""
+    """A model folder that exists, or a Hub id (`user/name`); a missing local path is an error, never a Hub call,
+    and so is a file (a model's weights given for its folder)."""
     text = str(name)
+    if Path(text).expanduser().is_file():
+        raise NotADirectoryError(
+            f"{text} is a file: give the folder that holds it (a saved model is a folder)."
+        )
     if not Path(text).expanduser().exists() and is_local_path(name):
         raise FileNotFoundError(
             f"{text}: no such model folder (give a trained model folder or a Hub id user/name)."

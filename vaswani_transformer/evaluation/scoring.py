@@ -131,17 +131,18 @@ def write_scores(folder: Path, hypotheses: Sequence[str], scores: dict, *, name:
     return path
 
 
-# An evaluation's name is part of a file name in the model folder, never a path out of it.
+# An evaluation's name is part of a file name in the model folder, never a path out of it: ASCII only (a name
+# that stays one file name on every file system and in every shell), and never "." or ".." (its first character).
 EVALUATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def evaluation_prefix(name: str) -> str:
     """The file-name prefix of a named evaluation: "wmt13" -> "wmt13_" (hypotheses.txt, scores.json after it).
-    Raises ValueError for a name that is not a plain file-name part ("../x", "/abs", "sub/dir")."""
+    Raises ValueError for a name that is not a plain file-name part ("../x", "/abs", "sub/dir", "..", "ü")."""
     if name and not EVALUATION_NAME.fullmatch(name):
         raise ValueError(
-            f"--name {name!r}: use letters, digits, '.', '_' and '-' only (a name, not a path): the evaluation's "
-            "files always go into the model folder."
+            f"--name {name!r}: start with an ASCII letter or digit, then use only ASCII letters, digits, '.', '_' "
+            "and '-' (a name, not a path): the evaluation's files always go into the model folder."
         )
     return f"{name}_" if name else ""
 

@@ -18,6 +18,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 
 from ..modeling.configuration_vaswani_transformer import PRESETS, VaswaniTransformerConfig
+from ..values import check_finite, check_length_penalty
 from .precision import MIXED_PRECISIONS
 from .recipes import available_recipes, cuda_settings, load_recipe, setting_defaults
 
@@ -186,7 +187,12 @@ class TrainOptions:
         return cls(**{**recipe, "recipe": name, **overrides, "cuda_section": cuda})
 
     def _check_numbers(self) -> None:
-        """Numbers are in range, with a message naming the flag."""
+        """Numbers are in range, with a message naming the flag; every float is finite (nan passes a check such
+        as `> 0`, and a recipe's `.nan` or a flag's `inf` parse as floats)."""
+        for option in fields(self):
+            if isinstance(value := getattr(self, option.name), float):
+                check_finite(f"--{option.name}", value)
+        check_length_penalty("--length_penalty", self.length_penalty)
         at_least = {
             "vocab_size": 1,
             "max_length": 1,
