@@ -1,0 +1,132 @@
+"""Prepared-data cache entries prove themselves before reuse (issue 50): a truncated or altered file, or an entry
+without a manifest, is found and prepared anew with a warning naming the file; temporary folders of processes
+that died are removed, those of live ones stay."""
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tatoeba_files
+from vaswani_transformer import files
+from vaswani_transformer.cli import prepare
+from vaswani_transformer.data.prepared import build_once, prepared_entry
+from vaswani_transformer.files import MANIFEST
+
+
+def prepare_flags(tmp_path: Path) -> list[str]:
+    """vaswani-prepare on a small corpus into tmp_path/cache."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir(exist_ok=True)
+    flags = [item for name, path in tatoeba_files(corpus, 120).items() for item in (f"--{name}", path)]
+    return [
+        *flags,
+        "--vocab_size",
+        "300",
+        "--dev_size",
+        "0",
+        "--eval_steps",
+        "0",
+        "--data_cache",
+        str(tmp_path / "cache"),
+    ]
+
+
+def run_prepare(flags: list[str], caplog) -> str:
+    """vaswani-prepare's log (its status must be 0)."""
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert prepare.main(flags) == 0
+    return caplog.text
+
+
+def tokenized_entry(cache: Path) -> Path:
+    (entry,) = [path for path in cache.glob("tokenized-*") if path.is_dir()]
+    return entry
+
+
+def flip_two_bytes(path: Path) -> None:
+    content = bytearray(path.read_bytes())
+    content[0] ^= 0xFF
+    content[-1] ^= 0xFF
+    path.write_bytes(bytes(content))
+
+
+def test_a_damaged_tokenised_entry_is_prepared_anew_with_a_warning_naming_the_file(tmp_path, caplog) -> None:
+    flags = prepare_flags(tmp_path)
+    run_prepare(flags, caplog)
+    entry = tokenized_entry(tmp_path / "cache")
+    whole = {path.name: path.read_bytes() for path in entry.iterdir()}
+    assert "tokenised pairs: reused" in run_prepare(flags, caplog)  # a whole entry is reused
+
+    damages = {
+        "source.bin": lambda path: path.write_bytes(path.read_bytes()[:-3]),  # truncated
+        "target.bin": flip_two_bytes,  # same size, other content
+        MANIFEST: lambda path: path.unlink(),  # as an older version left it
+        "filter_stats.json": lambda path: path.write_text("{"),
+    }
+    for name, damage in damages.items():
+        damage(entry / name)
+        log = run_prepare(flags, caplog)
+        assert f"warning: {entry / name}" in log and f"rebuilding {entry}" in log, name
+        assert "tokenised pairs: reused" not in log
+        assert {path.name: path.read_bytes() for path in entry.iterdir()} == whole  # prepared anew, as before
+    assert not [path for path in (tmp_path / "cache").iterdir() if ".partial-" in path.name]
+
+
+def test_large_files_are_hashed_only_with_verify_cache(tmp_path, caplog, monkeypatch) -> None:
+    flags = prepare_flags(tmp_path)
+    run_prepare(flags, caplog)
+    target = tokenized_entry(tmp_path / "cache") / "target.bin"
+    monkeypatch.setattr(files, "HASH_ALWAYS_BYTES", 0)  # every file counts as large: checked by size
+    flip_two_bytes(target)
+    assert "tokenised pairs: reused" in run_prepare(flags, caplog)
+    log = run_prepare([*flags, "--verify_cache"], caplog)  # every file's content checked
+    assert f"warning: {target} is damaged" in log and "tokenised pairs: reused" not in log
+
+
+def test_partial_folders_of_dead_processes_are_removed_and_live_ones_stay(tmp_path) -> None:
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        dead_partial = tmp_path / f"tokenized-a.partial-{ended.pid}"
+        live_partial = tmp_path / f".bpe-b.partial-{alive.pid}"
+        for partial in (dead_partial, live_partial):
+            partial.mkdir()
+            (partial / "source.bin").write_bytes(b"half")
+        build_once(tmp_path / "bpe-c", lambda folder: folder.mkdir())
+        assert not dead_partial.exists() and (live_partial / "source.bin").read_bytes() == b"half"
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+def test_an_entry_is_reused_only_with_its_manifest(tmp_path) -> None:
+    built: list[Path] = []
+
+    def build(folder: Path) -> None:
+        built.append(folder)
+        folder.mkdir()
+        (folder / "data.json").write_text("[1, 2]")
+
+    entry = tmp_path / "bpe-key"
+    assert prepared_entry(entry, build) == (entry, False)
+    assert prepared_entry(entry, build) == (entry, True) and len(built) == 1
+    (entry / "data.json").write_text("[1, 3]")  # same size, other content
+    assert prepared_entry(entry, build) == (entry, False) and len(built) == 2
+    assert (entry / "data.json").read_text() == "[1, 2]"
+
+
+@pytest.mark.parametrize("name", ["extra", "nested/deeper"])
+def test_the_manifest_lists_every_file_with_its_size(tmp_path, name) -> None:
+    def build(folder: Path) -> None:
+        (folder / name).parent.mkdir(parents=True)
+        (folder / name).write_bytes(b"12345")
+
+    entry = build_once(tmp_path / "text-key", build)
+    assert files.manifest_problem(entry, verify_hashes=True) is None
+    (entry / name).unlink()
+    assert files.manifest_problem(entry, verify_hashes=False) == f"{entry / name} is missing"
