@@ -149,9 +149,13 @@ def manifest_problem(folder: Path, verify_hashes: bool) -> str | None:
     return None
 
 
+class CacheError(ValueError):
+    """A damaged cache entry that cannot be rebuilt, said with the file and the fix."""
+
+
 def discard_damaged_entry(folder: Path, problem: str, choose: str) -> None:
     """Remove the cache entry `folder` that `problem` says is damaged, with a warning, so that it is rebuilt; one
-    that cannot be removed is a ValueError naming it and `choose` (the flag that picks another cache)."""
+    that cannot be removed is a CacheError naming it and `choose` (the flag that picks another cache)."""
     logger.warning(f"warning: {problem}: rebuilding {folder}")
     try:
         if folder.is_dir() and not folder.is_symlink():
@@ -159,7 +163,7 @@ def discard_damaged_entry(folder: Path, problem: str, choose: str) -> None:
         else:
             folder.unlink()
     except OSError as error:
-        raise ValueError(
+        raise CacheError(
             f"{problem}, and {folder} cannot be removed ({error.strerror}): remove it by hand or choose another "
             f"{choose}."
         ) from error

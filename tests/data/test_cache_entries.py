@@ -3,6 +3,7 @@ without a manifest, is found and prepared anew with a warning naming the file; t
 that died are removed, those of live ones stay."""
 
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,28 @@ def test_the_manifest_lists_every_file_with_its_size(tmp_path, name) -> None:
     assert files.manifest_problem(entry, verify_hashes=True) is None
     (entry / name).unlink()
     assert files.manifest_problem(entry, verify_hashes=False) == f"{entry / name} is missing"
+
+
+# vaswani-prepare with writes beyond 4 KiB refused (EFBIG), as a full disk refuses them (ENOSPC)
+SIZE_LIMITED_PREPARE = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG, not a signal
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+from vaswani_transformer.cli import prepare
+sys.exit(prepare.main(sys.argv[1:]))
+"""
+
+
+def test_a_preparation_the_machine_refuses_leaves_nothing_and_names_the_path(tmp_path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", SIZE_LIMITED_PREPARE, *prepare_flags(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert run.returncode == 2, run.stderr
+    assert f"file size limit exceeded while writing {tmp_path / 'cache'}/" in run.stderr
+    assert "MB free there): free space or choose another --data_cache" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert [path.name for path in (tmp_path / "cache").iterdir() if not path.name.endswith(".lock")] == []

@@ -25,7 +25,15 @@ from datasets.table import MemoryMappedTable
 from filelock import FileLock
 from huggingface_hub import constants
 
-from ..files import discard_damaged_entry, manifest_problem, remove_stale_partials, write_manifest
+from ..files import (
+    WRITE_FAILURES,
+    WriteError,
+    describe_write_failure,
+    discard_damaged_entry,
+    manifest_problem,
+    remove_stale_partials,
+    write_manifest,
+)
 
 PREPARED_FORMAT = "3"  # bump when what a prepared folder holds, or how it is made, changes
 ARROW_BATCH = 10_000  # pairs per Arrow batch fed to the BPE trainer
@@ -122,8 +130,8 @@ def prepared_entry(
     """`folder` and whether it was reused: reused when its manifest proves it whole (`files.manifest_problem`;
     `verify_hashes`: every file's content, not only the small ones'), else built by `build(temporary folder)`
     under a lock beside it, its manifest written last, and renamed into place (a failed or interrupted build
-    leaves no folder behind). A damaged entry is rebuilt with a warning naming the file; temporary folders of
-    processes that died are removed first."""
+    leaves no folder behind; a full disk is a WriteError naming the path). A damaged entry is rebuilt with a
+    warning naming the file; temporary folders of processes that died are removed first."""
     remove_stale_partials(folder.parent)
     if folder.is_dir() and manifest_problem(folder, verify_hashes) is None:
         return folder, True
@@ -140,6 +148,10 @@ def prepared_entry(
             build(partial)
             write_manifest(partial)
             partial.rename(folder)
+        except OSError as error:
+            if isinstance(error, WriteError) or error.errno not in WRITE_FAILURES:
+                raise
+            raise WriteError(describe_write_failure(error, folder, "--data_cache")) from error
         finally:
             shutil.rmtree(partial, ignore_errors=True)
     return folder, False
