@@ -156,7 +156,6 @@ class CacheError(ValueError):
 def discard_damaged_entry(folder: Path, problem: str, choose: str) -> None:
     """Remove the cache entry `folder` that `problem` says is damaged, with a warning, so that it is rebuilt; one
     that cannot be removed is a CacheError naming it and `choose` (the flag that picks another cache)."""
-    logger.warning(f"warning: {problem}: rebuilding {folder}")
     try:
         if folder.is_dir() and not folder.is_symlink():
             shutil.rmtree(folder)
@@ -167,6 +166,7 @@ def discard_damaged_entry(folder: Path, problem: str, choose: str) -> None:
             f"{problem}, and {folder} cannot be removed ({error.strerror}): remove it by hand or choose another "
             f"{choose}."
         ) from error
+    logger.warning(f"warning: {problem}: rebuilding {folder}")
 
 
 def process_is_alive(pid: int) -> bool:

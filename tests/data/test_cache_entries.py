@@ -156,3 +156,22 @@ def test_a_preparation_the_machine_refuses_leaves_nothing_and_names_the_path(tmp
     assert "MB free there): free space or choose another --data_cache" in run.stderr
     assert "Traceback" not in run.stderr
     assert [path.name for path in (tmp_path / "cache").iterdir() if not path.name.endswith(".lock")] == []
+
+
+def test_a_damaged_entry_that_cannot_be_removed_is_exit_2_naming_the_file(tmp_path, caplog, capsys) -> None:
+    flags = prepare_flags(tmp_path)
+    run_prepare(flags, caplog)
+    entry = tokenized_entry(tmp_path / "cache")
+    (entry / "source.bin").write_bytes(b"cut")
+    if subprocess.run(["chattr", "+i", str(entry)], capture_output=True).returncode != 0:
+        pytest.skip("this file system cannot make a folder immutable (chattr +i), which the test needs")
+    try:
+        assert prepare.main(flags) == 2
+    finally:
+        subprocess.run(["chattr", "-i", str(entry)], check=True)
+    error = capsys.readouterr().err
+    assert f"{entry / 'source.bin'} has 3 bytes where" in error and "Traceback" not in error
+    assert (
+        f"{entry} cannot be removed (Operation not permitted): remove it by hand or choose another --data_cache"
+        in error
+    )
