@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SENTENCES, save_random_model
+from vaswani_transformer import files
+from vaswani_transformer.engines import EngineOptions, load_engine
 from vaswani_transformer.engines import ctranslate2 as export
 from vaswani_transformer.engines.ctranslate2 import CTranslate2Translator, cached_export
 from vaswani_transformer.engines.onnx_export import cached_onnx_export
@@ -59,6 +61,20 @@ def test_a_damaged_ctranslate2_conversion_is_converted_anew_naming_the_file(
         assert CTranslate2Translator(folder).translate(SENTENCES) == expected
     assert len(conversions) == len(CTRANSLATE2_DAMAGES)
     assert sorted(path.name for path in cache.iterdir()) == sorted([folder.name, f"{folder.name}.lock"])
+
+
+def test_verify_cache_checks_the_content_of_large_files(model_dir, tmp_path, caplog, monkeypatch) -> None:
+    cache = tmp_path / "cache"
+    folder = cached_export(model_dir, cache_dir=cache)
+    model = folder / "model.bin"
+    whole = model.read_bytes()
+    monkeypatch.setattr(files, "HASH_ALWAYS_BYTES", 0)  # every file counts as large: checked by size
+    model.write_bytes(bytes([whole[0] ^ 0xFF]) + whole[1:])
+    assert cached_export(model_dir, cache_dir=cache) == folder and model.read_bytes() != whole  # size only
+    options = EngineOptions(engine="ctranslate2", ctranslate2_cache=cache, device="cpu", verify_cache=True)
+    with caplog.at_level(logging.WARNING):
+        load_engine(model_dir, options)
+    assert f"warning: {model} is damaged" in caplog.text and model.read_bytes() == whole
 
 
 def test_a_damaged_export_folder_is_named_with_the_fix(model_dir, tmp_path) -> None:
