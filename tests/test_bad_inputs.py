@@ -432,7 +432,64 @@ CASES: dict[str, Case] = {
 OUTPUTS_APART_CASES: dict[
     str, Case
 ] = {}  # an output never lands on an input; --resume continues only its own run
-CACHE_CASES: dict[str, Case] = {}  # a cache entry proves itself before reuse
+
+
+def engine_cache(engine: str, flag: str, under_a_file: bool) -> Callable[[Workspace], list[str]]:
+    """translate with `engine`, its cache `flag` naming a corpus file (or a folder under one)."""
+    return lambda ws: [ws.model, sources(ws), "--engine", engine, flag, cache_at(ws, under_a_file)]
+
+
+def cache_at(ws: Workspace, under_a_file: bool) -> str:
+    return f"{ws.files['train_source']}/cache" if under_a_file else ws.files["train_source"]
+
+
+def prepare_with(*flags: str) -> Callable[[Workspace], list[str]]:
+    return lambda ws: [*ws.train_flags(), *flags]
+
+
+CACHE_CASES: dict[str, Case] = {  # a cache entry proves itself before reuse
+    "translate ctranslate2 cache is a file": Case(
+        "translate",
+        engine_cache("ctranslate2", "--ctranslate2_cache", under_a_file=False),
+        lambda ws: (
+            f"--ctranslate2_cache {cache_at(ws, False)} is a file: give a folder (it is made if missing)"
+        ),
+    ),
+    "translate onnx cache is a file": Case(
+        "translate",
+        engine_cache("onnxruntime", "--onnx_cache", under_a_file=False),
+        lambda ws: f"--onnx_cache {cache_at(ws, False)} is a file: give a folder (it is made if missing)",
+    ),
+    "translate onnx cache under a file": Case(
+        "translate",
+        engine_cache("onnxruntime", "--onnx-cache", under_a_file=True),
+        lambda ws: f"--onnx_cache {cache_at(ws, True)} cannot be made: {cache_at(ws, False)} is a file",
+    ),
+    "evaluate ctranslate2 cache under a file": Case(
+        "evaluate",
+        lambda ws: evaluate_with(
+            "--engine", "ctranslate2", "--ctranslate2_cache", cache_at(ws, True), "--name", "x"
+        )(ws),
+        lambda ws: (
+            f"--ctranslate2_cache {cache_at(ws, True)} cannot be made: {cache_at(ws, False)} is a file"
+        ),
+    ),
+    "evaluate verify_cache with torch": Case(
+        "evaluate",
+        evaluate_with("--verify_cache", "--name", "x"),
+        "--verify_cache checks the caches of --engine ctranslate2 and onnxruntime: drop it",
+    ),
+    "prepare data cache is a file": Case(
+        "prepare",
+        lambda ws: prepare_with("--data_cache", cache_at(ws, False))(ws),
+        lambda ws: f"--data_cache {cache_at(ws, False)} is a file: give a folder (it is made if missing)",
+    ),
+    "prepare data cache under a file": Case(
+        "prepare",
+        lambda ws: prepare_with("--data_cache", cache_at(ws, True), "--verify_cache")(ws),
+        lambda ws: f"--data_cache {cache_at(ws, True)} cannot be made: {cache_at(ws, False)} is a file",
+    ),
+}
 ALL_OR_NOTHING_CASES: dict[str, Case] = {}  # writability checked before long work
 STREAMING_CASES: dict[str, Case] = {}  # vaswani-translate and vaswani-evaluate's decoding
 

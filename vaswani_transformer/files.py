@@ -1,5 +1,5 @@
 """Files and names on this machine: whether a name is a local path or a Hub id, writes that never leave a
-partial file, and content hashes.
+partial file, content hashes, and cache entries that prove themselves (a manifest) before reuse.
 
 A name that means a local file or folder but does not exist is an error naming it, never a Hub request (which
 would fail later, offline or with a 404 about a repository the user never meant).
@@ -7,12 +7,15 @@ would fail later, offline or with a 404 about a repository the user never meant)
 
 import errno
 import hashlib
+import json
+import logging
 import os
 import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 FILE_EXTENSION = re.compile(r"\.[A-Za-z]{1,5}$")  # ".en", ".tsv", ".gz"; not the ".1-8B" of a Hub name
 
@@ -108,3 +111,111 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# --- cache entries that prove themselves before reuse
+
+MANIFEST = "manifest.json"  # written last into a cache entry: each file's size and SHA-256
+# Files up to this size are hashed at every reuse (a few tenths of a second at most); larger ones are checked by
+# size, and by content only when asked (`--verify_cache`).
+HASH_ALWAYS_BYTES = 64 << 20
+PARTIAL_NAME = re.compile(r"\.partial-(\d+)$")  # build_once's and folder_written_whole's temporary folders
+
+logger = logging.getLogger(__name__)
+
+
+def write_manifest(folder: Path) -> None:
+    """Record the size and SHA-256 of every file under `folder` in its MANIFEST, written last and atomically:
+    an entry without one is unfinished (or made by an older version) and never trusted."""
+    files = {
+        str(path.relative_to(folder)): {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != MANIFEST
+    }
+    write_text_atomically(folder / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
+
+
+def manifest_problem(folder: Path, verify_hashes: bool) -> str | None:
+    """What is wrong with the cache entry `folder` against its MANIFEST, naming the file; None when it is whole.
+    Every file's size is checked, and its content (SHA-256) when it is at most HASH_ALWAYS_BYTES or
+    `verify_hashes` asks for all."""
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        return f"{manifest} is missing (an unfinished entry, or one made by an older version)"
+    try:
+        listed = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        recorded = {name: (int(entry["bytes"]), str(entry["sha256"])) for name, entry in listed.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:  # JSON, or not the manifest's shape
+        return f"{manifest} is damaged ({error})"
+    for name, (size, digest) in recorded.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{path} is missing"
+        if (actual := path.stat().st_size) != size:
+            return f"{path} has {actual:,} bytes where {size:,} were written"
+        if (verify_hashes or size <= HASH_ALWAYS_BYTES) and sha256_file(path) != digest:
+            return f"{path} is damaged (its SHA-256 is not the one recorded)"
+    return None
+
+
+class CacheError(ValueError):
+    """A damaged cache entry that cannot be rebuilt, said with the file and the fix."""
+
+
+def discard_damaged_entry(folder: Path, problem: str, choose: str) -> None:
+    """Remove the cache entry `folder` that `problem` says is damaged, with a warning, so that it is rebuilt; one
+    that cannot be removed is a CacheError naming it and `choose` (the flag that picks another cache)."""
+    try:
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder)
+        else:
+            folder.unlink()
+    except OSError as error:
+        raise CacheError(
+            f"{problem}, and {folder} cannot be removed ({error.strerror}): remove it by hand or choose another "
+            f"{choose}."
+        ) from error
+    logger.warning(f"warning: {problem}: rebuilding {folder}")
+
+
+def process_is_alive(pid: int) -> bool:
+    """Whether process `pid` runs on this host (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_partials(folder: Path) -> None:
+    """Remove the temporary folders (`NAME.partial-PID`, `.NAME.partial-PID`) that processes no longer alive
+    left in `folder` (a kill -9, a power cut); those of live processes are being written and stay."""
+    if not folder.is_dir():
+        return
+    for path in folder.iterdir():
+        match = PARTIAL_NAME.search(path.name)
+        if match is not None and not process_is_alive(int(match.group(1))):
+            logger.info(f"removing {path}, left by a process that has ended")
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def check_cache_folder(flag: str, cache: Path) -> None:
+    """A cache flag's folder exists as a folder, or can be made: no file at it or above it (ValueError naming the
+    flag)."""
+    if cache.exists() and not cache.is_dir():
+        raise ValueError(f"{flag} {cache} is a file: give a folder (it is made if missing).")
+    existing = next(path for path in (cache, *cache.parents) if path.exists())
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {cache} cannot be made: {existing} is a file. Give a folder.")
+
+
+def read_json(path: Path, fix: str) -> Any:
+    """The JSON in `path`; one that is missing or not JSON is an error naming it and `fix`."""
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: missing; {fix}.") from None
+    except ValueError as error:  # not UTF-8, not JSON, empty
+        raise ValueError(f"{path} is damaged, not valid JSON ({error}): {fix}.") from None

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engines.options import DTYPES, ENGINES, QUANTIZATIONS, EngineOptions, check_engine_options
+from ..files import HASH_ALWAYS_BYTES
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE
 from ..values import LENGTH_PENALTY_LIMIT, check_length_penalty, finite_float
 
@@ -34,7 +35,7 @@ DTYPE_HELP = (
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """--num_beams, --length_penalty, --batch_size, --engine, --quantize, --dtype, --device, --ctranslate2_cache,
-    --onnx_cache."""
+    --onnx_cache, --verify_cache."""
     parser.add_argument("--num_beams", "--num-beams", type=int, help="beam size (default: the model's, 4)")
     parser.add_argument(
         "--length_penalty",
@@ -72,6 +73,13 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder of --engine onnxruntime's exports, one per model content "
         "(default: HF_HOME/vaswani_transformer/onnx)",
     )
+    parser.add_argument(
+        "--verify_cache",
+        "--verify-cache",
+        action="store_true",
+        help="before reusing a cached conversion, check every file's content (SHA-256), not only the sizes and "
+        f"the files up to {HASH_ALWAYS_BYTES >> 20} MiB; a damaged one is converted anew",
+    )
 
 
 def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> EngineOptions:
@@ -90,6 +98,7 @@ def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         device=args.device,
         ctranslate2_cache=args.ctranslate2_cache,
         onnx_cache=args.onnx_cache,
+        verify_cache=args.verify_cache,
     )
     try:
         check_engine_options(options)

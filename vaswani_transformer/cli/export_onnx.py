@@ -8,7 +8,10 @@ the graphs with the package's beam search), or let `vaswani-translate MODEL --en
 it for you. Graph inputs and outputs are described in vaswani_transformer/onnx_export.py
 (pip install 'vaswani_transformer[onnx]').
 
-Exit status: 0 when exported, 2 for a refused output folder or a model that cannot be exported.
+Written all or nothing: into a temporary sibling folder, moved into place at the end.
+
+Exit status: 0 when exported, 2 for a refused output folder, a model that cannot be exported, or a write the
+machine refused (a full disk: nothing is left, the message names the path).
 """
 
 import argparse

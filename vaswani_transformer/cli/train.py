@@ -26,6 +26,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
+from ..files import CacheError, WriteError
 from ..training.checks import check_inputs
 from ..training.job import train_and_evaluate
 from ..training.job_data import CorpusError
@@ -108,7 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"the run can continue: the same command with --resume ({options.output_dir})"
             ) from None
         raise
-    except (CorpusError, RunFolderError, FileNotFoundError) as error:  # found before training
+    except (
+        CorpusError,
+        RunFolderError,
+        FileNotFoundError,
+        CacheError,
+        WriteError,
+    ) as error:  # before training
         print(f"error: {error}", file=sys.stderr)
         return 2
     except TrainingFailure as failure:

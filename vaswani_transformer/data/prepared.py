@@ -7,9 +7,9 @@ maps it instead of reading the text). The BPE and the tokenised pairs have one s
 of the training pairs themselves (whatever file, TSV or Hub id they came from, after the held-out splits), with
 the settings that shape the result. A new run folder, a new recipe file or another
 process with the same pairs and settings reuses them; a changed byte of the corpus, vocabulary size or
-lowercasing makes a new one. Each is built under a lock into a temporary folder and renamed when complete, so a
-second process preparing the same data waits and reuses it, and an interrupted preparation leaves nothing that
-looks complete.
+lowercasing makes a new one. Each is built under a lock into a temporary folder, given a manifest of its files'
+sizes and hashes, and renamed when complete, so a second process preparing the same data waits and reuses it, an
+interrupted preparation leaves nothing that looks complete, and a damaged entry is found and rebuilt.
 """
 
 import hashlib
@@ -24,6 +24,16 @@ from datasets import Dataset
 from datasets.table import MemoryMappedTable
 from filelock import FileLock
 from huggingface_hub import constants
+
+from ..files import (
+    WRITE_FAILURES,
+    WriteError,
+    describe_write_failure,
+    discard_damaged_entry,
+    manifest_problem,
+    remove_stale_partials,
+    write_manifest,
+)
 
 PREPARED_FORMAT = "3"  # bump when what a prepared folder holds, or how it is made, changes
 ARROW_BATCH = 10_000  # pairs per Arrow batch fed to the BPE trainer
@@ -109,23 +119,42 @@ def prepared_folder(cache: Path, kind: str, *settings: object) -> Path:
     return cache / f"{kind}-{key}"
 
 
-def build_once(folder: Path, build: Callable[[Path], None]) -> Path:
-    """`folder`, built by `build(temporary folder)` unless it exists: under a lock beside it, renamed into place
-    when complete (a failed or interrupted build leaves no folder behind)."""
-    if folder.is_dir():
-        return folder
+def build_once(folder: Path, build: Callable[[Path], None], verify_hashes: bool = False) -> Path:
+    """`folder`, built by `build(temporary folder)` unless a whole one exists (`prepared_entry`)."""
+    return prepared_entry(folder, build, verify_hashes)[0]
+
+
+def prepared_entry(
+    folder: Path, build: Callable[[Path], None], verify_hashes: bool = False
+) -> tuple[Path, bool]:
+    """`folder` and whether it was reused: reused when its manifest proves it whole (`files.manifest_problem`;
+    `verify_hashes`: every file's content, not only the small ones'), else built by `build(temporary folder)`
+    under a lock beside it, its manifest written last, and renamed into place (a failed or interrupted build
+    leaves no folder behind; a full disk is a WriteError naming the path). A damaged entry is rebuilt with a
+    warning naming the file; temporary folders of processes that died are removed first."""
+    remove_stale_partials(folder.parent)
+    if folder.is_dir() and manifest_problem(folder, verify_hashes) is None:
+        return folder, True
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{folder}.lock"):
-        if folder.is_dir():  # another process built it while this one waited
-            return folder
+        if folder.exists() or folder.is_symlink():
+            problem = manifest_problem(folder, verify_hashes)
+            if problem is None:  # another process built it while this one waited
+                return folder, True
+            discard_damaged_entry(folder, problem, "--data_cache")
         partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
         shutil.rmtree(partial, ignore_errors=True)
         try:
             build(partial)
+            write_manifest(partial)
             partial.rename(folder)
+        except OSError as error:
+            if isinstance(error, WriteError) or error.errno not in WRITE_FAILURES:
+                raise
+            raise WriteError(describe_write_failure(error, folder, "--data_cache")) from error
         finally:
             shutil.rmtree(partial, ignore_errors=True)
-    return folder
+    return folder, False
 
 
 def bpe_sample(pairs: Dataset, max_pairs: int, seed: int) -> Dataset:

@@ -1,25 +1,33 @@
 """One cache for converted models (CTranslate2, ONNX): a folder per model content and conversion settings.
 
 A conversion is named by a hash of what it is made from (`model_file_hashes`: the SHA-256 of each model file,
-plus the converter's settings and versions), written under a temporary name and renamed when complete, so a
-killed conversion never leaves a folder that a later call would use, and a retrained model gets a new one.
+plus the converter's settings and versions), written under a temporary name, given a manifest of its files'
+sizes and hashes and renamed when complete, so a killed conversion never leaves a folder that a later call would
+use, a damaged one is converted anew, and a retrained model gets a new one.
 """
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from huggingface_hub import constants, snapshot_download
 
 from ..evaluation.loading import check_model_name
-from ..files import sha256_file
+from ..files import (
+    WriteError,
+    describe_write_failure,
+    discard_damaged_entry,
+    folder_written_whole,
+    manifest_problem,
+    remove_stale_partials,
+    sha256_file,
+    write_manifest,
+)
 
-CACHE_RECORD = "export.json"  # written last into a cached conversion: what it was made from
+CACHE_RECORD = "export.json"  # in a cached conversion: what it was made from
 # The files a conversion reads: weights, configs, tokenizer (never executed or unpickled, only hashed).
 MODEL_FILES = (
     "config.json",
@@ -53,13 +61,22 @@ def model_file_hashes(folder: Path) -> dict[str, str]:
     return {path.name: sha256_file(path) for path in files}
 
 
-def _is_complete(folder: Path, record: dict[str, Any], products: Sequence[str]) -> bool:
-    """Whether `folder` is a finished conversion of `record` (its record file is written last)."""
+def _entry_problem(
+    folder: Path, record: dict[str, Any], products: Sequence[str], verify_hashes: bool
+) -> str | None:
+    """What keeps `folder` from being a whole conversion of `record`, naming the file; None when it is one.
+    Its manifest (`files.manifest_problem`), written last, proves its files; the record says what it was made
+    from."""
+    if (problem := manifest_problem(folder, verify_hashes)) is not None:
+        return problem
+    missing = [product for product in products if not (folder / product).is_file()]
+    if missing:
+        return f"{folder} has no {', '.join(missing)}"
     try:
         saved = json.loads((folder / CACHE_RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return saved == record and all((folder / product).is_file() for product in products)
+    except (OSError, ValueError) as error:
+        return f"{folder / CACHE_RECORD} cannot be read ({error})"
+    return None if saved == record else f"{folder / CACHE_RECORD} records another conversion"
 
 
 def cached_conversion(
@@ -67,37 +84,34 @@ def cached_conversion(
     convert: Callable[[Path], None],
     products: Sequence[str],
     root: Path,
+    choose: str,
+    verify_hashes: bool = False,
 ) -> Path:
     """The folder under `root` named by a hash of `record`, made by `convert(folder)` on the first call and
-    reused after (while it holds `products` and the same record).
+    reused after, while it proves itself whole (`_entry_problem`; `verify_hashes`: every file's content, not
+    only the small ones'). A damaged one is converted anew with a warning naming the file.
 
-    `convert` writes into a hidden temporary folder, which is renamed into place when complete; a folder under
-    the final name that is not complete (say, copied in by hand and cut short) is replaced."""
+    `convert` writes into a hidden temporary folder (`files.folder_written_whole`), given its record and
+    manifest last and renamed into place under a lock, so that two processes convert once and a failed or
+    killed conversion leaves nothing under the final name; those that processes which died left are removed.
+    A write the machine refuses is a WriteError naming the path and `choose` (the cache's flag)."""
     key = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:32]
     final = root / key
-    if _is_complete(final, record, products):
+    remove_stale_partials(root)
+    if final.is_dir() and _entry_problem(final, record, products, verify_hashes) is None:
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
     try:
-        convert(staging)
-        (staging / CACHE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        staging.chmod(0o755)  # mkdtemp makes it private; the cache folder is readable as any other
-        move_into_place(staging, final, lambda path: _is_complete(path, record, products))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise WriteError(describe_write_failure(error, root, choose)) from error
+    with FileLock(root / f"{key}.lock"):
+        if final.exists() or final.is_symlink():
+            problem = _entry_problem(final, record, products, verify_hashes)
+            if problem is None:  # another process converted it while this one waited
+                return final
+            discard_damaged_entry(final, problem, choose)
+        with folder_written_whole(final, choose) as staging:
+            convert(staging)
+            (staging / CACHE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            write_manifest(staging)
     return final
-
-
-def move_into_place(staging: Path, final: Path, is_complete: Callable[[Path], bool]) -> None:
-    """Rename the finished `staging` to `final`, replacing a folder there that `is_complete` rejects; if
-    another process finished the same export first, keep its folder."""
-    if final.exists() and not is_complete(final):
-        discarded = Path(tempfile.mkdtemp(prefix=f".{final.name}.incomplete.", dir=final.parent))
-        final.rename(discarded / "export")
-        shutil.rmtree(discarded, ignore_errors=True)
-    try:
-        os.rename(staging, final)
-    except OSError:
-        if not is_complete(final):
-            raise

@@ -8,7 +8,8 @@ learned positions): `max_positions` rows, i.e. sentences of up to that many toke
 
 `cached_export` converts a model once per content: into a cache folder named by a hash of its weights, config,
 tokenizer and generation config, the quantization and this package's export format, written under a temporary
-name and renamed, so a killed conversion never leaves a folder that a later call would use.
+name and renamed, so a killed conversion never leaves a folder that a later call would use; its manifest of
+sizes and hashes proves it whole before each reuse.
 """
 
 import json
@@ -22,6 +23,7 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..evaluation.loading import load_for_decoding
+from ..files import folder_written_whole, read_json
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE, length_sorted_batches
 from .conversion_cache import cached_conversion, conversion_cache_dir, model_file_hashes, model_folder
 
@@ -33,6 +35,7 @@ DECODING_FILE = "decoding.json"
 EXPORT_FORMAT = 1
 # The most positions an export's tables hold: 0.27 GB a stack at d_model 1,024, far beyond any sentence.
 MAX_EXPORT_POSITIONS = 2**16
+EXPORT_AGAIN = "export the model again (vaswani-export-ctranslate2)"
 CTRANSLATE2_EXTRA = "pip install 'vaswani_transformer[ctranslate2]' (or ctranslate2)"
 # This package's generate() keywords as CTranslate2's translate_batch options.
 CTRANSLATE2_NAMES = {"num_beams": "beam_size", "length_penalty": "length_penalty"}
@@ -163,15 +166,21 @@ def to_ctranslate2(
     quantization: str | None = None,
     max_positions: int = 1024,
     overwrite: bool = False,
+    choose: str = "OUTPUT_DIR",
 ) -> Path:
     """Convert a saved model folder (or Hub id) and its tokenizer into a CTranslate2 model folder.
 
     The folder also gets the tokenizer's files and the model's decoding settings, so `CTranslate2Translator`
     needs nothing else. `quantization` is CTranslate2's weight type (int8 for fast CPU serving); default: float32.
+    All or nothing (`files.folder_written_whole`): written into a temporary sibling and moved into place; on any
+    failure nothing is left, and a full disk or read-only folder is a WriteError naming the path and `choose`
+    (the flag or argument that picks another folder).
     """
     output = Path(output_dir)
     if quantization is not None and quantization not in WEIGHT_TYPES:
         raise ValueError(f"quantization must be one of {WEIGHT_TYPES}, got {quantization!r}.")
+    if output.exists() and not output.is_dir():
+        raise FileExistsError(f"{output} is a file; choose a folder for the export.")
     if output.exists() and any(output.iterdir()) and not overwrite:
         raise FileExistsError(
             f"{output} is not empty; choose another folder or pass overwrite=True (--overwrite)."
@@ -181,12 +190,12 @@ def to_ctranslate2(
     spec = ctranslate2_spec(model, tokenizer, max_positions)
     spec.validate()
     spec.optimize(quantization=quantization)
-    output.mkdir(parents=True, exist_ok=True)
-    spec.save(str(output))
-    tokenizer.save_pretrained(output)
-    (output / DECODING_FILE).write_text(
-        json.dumps(decoding_defaults(model), indent=2) + "\n", encoding="utf-8"
-    )
+    with folder_written_whole(output, choose) as folder:
+        spec.save(str(folder))
+        tokenizer.save_pretrained(folder)
+        (folder / DECODING_FILE).write_text(
+            json.dumps(decoding_defaults(model), indent=2) + "\n", encoding="utf-8"
+        )
     return output
 
 
@@ -226,21 +235,29 @@ def cached_export(
     quantization: str | None = None,
     cache_dir: str | Path | None = None,
     max_positions: int = 1024,
+    verify_cache: bool = False,
 ) -> Path:
     """The CTranslate2 export of `model` (folder or Hub id), converted on the first call and reused after.
 
     The export lives in `cache_dir` (default: `default_cache_dir()`) under a hash of `export_record`: a
-    retrained model, another quantization or a new export format gets a new folder (`cached_conversion`).
-    Returns the export's folder.
+    retrained model, another quantization or a new export format gets a new folder, and a damaged one is
+    converted anew (`cached_conversion`; `verify_cache`: every file's content checked, not only the small
+    ones'). Returns the export's folder.
     """
     folder = model_folder(model)
     return cached_conversion(
         export_record(folder, quantization, max_positions),
         lambda staging: to_ctranslate2(
-            folder, staging, quantization=quantization, max_positions=max_positions
+            folder,
+            staging,
+            quantization=quantization,
+            max_positions=max_positions,
+            choose="--ctranslate2_cache",
         ),
         ["model.bin"],
         Path(cache_dir) if cache_dir is not None else default_cache_dir(),
+        "--ctranslate2_cache",
+        verify_cache,
     )
 
 
@@ -268,15 +285,19 @@ class CTranslate2Translator:
         folder = Path(folder)
         if device == "cpu":
             options = {"intra_threads": 1, "inter_threads": cpu_count(), **options}
+        self.decoding = read_json(folder / DECODING_FILE, EXPORT_AGAIN)
+        read_json(folder / "tokenizer.json", EXPORT_AGAIN)  # named here, not by the tokenizers library
         torch_threads = torch.get_num_threads()
-        self.translator = ctranslate2.Translator(
-            str(folder), device=device, compute_type=compute_type, **options
-        )
+        try:
+            self.translator = ctranslate2.Translator(
+                str(folder), device=device, compute_type=compute_type, **options
+            )
+        except RuntimeError as error:  # e.g. a cut model.bin
+            raise ValueError(f"{folder / 'model.bin'} cannot be loaded ({error}): {EXPORT_AGAIN}.") from None
         # CTranslate2 sets the process's OpenMP thread count to its intra_threads, which PyTorch shares: without
         # this, PyTorch would compute on one thread from here on. Its own workers keep their setting.
         torch.set_num_threads(torch_threads)
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.decoding = json.loads((folder / DECODING_FILE).read_text(encoding="utf-8"))
 
     def translate(
         self,

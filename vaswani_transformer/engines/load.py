@@ -34,7 +34,8 @@ def load_engine(model: str | Path, options: EngineOptions | None = None) -> Engi
     if options.engine == "ctranslate2":
         return _load_ctranslate2(model, options)
     if options.engine == "onnxruntime":
-        return OnnxRuntimeEngine(*load_onnx_model(cached_onnx_export(model, options.onnx_cache)))
+        folder = cached_onnx_export(model, options.onnx_cache, options.verify_cache)
+        return OnnxRuntimeEngine(*load_onnx_model(folder))
     device = torch_device(options.device)
     explicit = DTYPES.get(options.dtype)
     if options.quantize == "int8":
@@ -47,7 +48,12 @@ def load_engine(model: str | Path, options: EngineOptions | None = None) -> Engi
 def _load_ctranslate2(model: str | Path, options: EngineOptions) -> CTranslate2Engine:
     device, index = ctranslate2_device(options.device)
     quantization = "int8" if options.quantize == "int8" else None
-    folder = cached_export(model, quantization=quantization, cache_dir=options.ctranslate2_cache)
+    folder = cached_export(
+        model,
+        quantization=quantization,
+        cache_dir=options.ctranslate2_cache,
+        verify_cache=options.verify_cache,
+    )
     compute_type = ctranslate2_compute_type(options.quantize, options.dtype, device)
     translator = CTranslate2Translator(folder, device=device, device_index=index, compute_type=compute_type)
     return CTranslate2Engine(translator, options.quantize)

@@ -20,8 +20,6 @@ example's. `tests/engines/test_onnx.py` checks the graphs against the PyTorch mo
 Optimum's `ORTModelForSeq2SeqLM` is not the target: optimum-onnx's only release requires transformers < 4.58.
 """
 
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,7 @@ from torch.export import Dim
 from transformers import PreTrainedModel
 
 from ..evaluation.loading import load_for_decoding
+from ..files import folder_written_whole
 from ..modeling.modeling_vaswani_transformer import queries_per_source, rows_per_beam
 from .conversion_cache import cached_conversion, conversion_cache_dir, model_file_hashes, model_folder
 
@@ -245,10 +244,14 @@ def export_graphs(model: PreTrainedModel, folder: Path) -> None:
         )
 
 
-def to_onnx(model_dir: str | Path, output_dir: str | Path, *, overwrite: bool = False) -> Path:
+def to_onnx(
+    model_dir: str | Path, output_dir: str | Path, *, overwrite: bool = False, choose: str = "OUTPUT_DIR"
+) -> Path:
     """Export a saved model folder (or Hub id) to ONNX graphs, with its tokenizer, config and generation config,
-    so `onnx_runtime.load_onnx_model(output_dir)` needs nothing else. Written under a temporary name in the
-    same parent folder and renamed when complete; with `overwrite`, its files replace those of the same name."""
+    so `onnx_runtime.load_onnx_model(output_dir)` needs nothing else. All or nothing
+    (`files.folder_written_whole`): written into a temporary sibling and moved into place (with `overwrite`, its
+    files replace those of the same name); on any failure nothing is left, and a full disk or read-only folder is
+    a WriteError naming the path and `choose` (the flag or argument that picks another folder)."""
     output = Path(output_dir)
     if output.exists() and not output.is_dir():
         raise FileExistsError(f"{output} is a file; choose a folder for the export.")
@@ -257,18 +260,8 @@ def to_onnx(model_dir: str | Path, output_dir: str | Path, *, overwrite: bool = 
             f"{output} is not empty; choose another folder or pass overwrite=True (--overwrite)."
         )
     model, tokenizer = load_for_decoding(model_dir, device="cpu", dtype=torch.float32)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    try:
-        _write_export(model, tokenizer, staging)
-        staging.chmod(0o755)  # mkdtemp makes it private; an export is readable as any other folder
-        if not output.exists():
-            staging.rename(output)
-        else:  # --overwrite: the export's files replace their namesakes; the folder's other files stay
-            for path in staging.iterdir():
-                path.replace(output / path.name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with folder_written_whole(output, choose) as folder:
+        _write_export(model, tokenizer, folder)
     return output
 
 
@@ -294,14 +287,17 @@ def onnx_export_record(folder: Path) -> dict[str, Any]:
     }
 
 
-def cached_onnx_export(model: str | Path, cache_dir: str | Path | None = None) -> Path:
+def cached_onnx_export(
+    model: str | Path, cache_dir: str | Path | None = None, verify_cache: bool = False
+) -> Path:
     """The ONNX export of `model` (folder or Hub id), exported on the first call and reused after, in a folder
-    of `cache_dir` (default `default_cache_dir()`) named by a hash of `onnx_export_record`
-    (`conversion_cache.cached_conversion`)."""
+    of `cache_dir` (default `default_cache_dir()`) named by a hash of `onnx_export_record`; a damaged one is
+    exported anew (`conversion_cache.cached_conversion`; `verify_cache`: every file's content checked, not only
+    the small ones')."""
     folder = model_folder(model)
 
     def convert(staging: Path) -> None:
         _write_export(*load_for_decoding(folder, device="cpu", dtype=torch.float32), staging)
 
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    return cached_conversion(onnx_export_record(folder), convert, GRAPHS, root)
+    return cached_conversion(onnx_export_record(folder), convert, GRAPHS, root, "--onnx_cache", verify_cache)

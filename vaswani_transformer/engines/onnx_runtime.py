@@ -27,15 +27,23 @@ from .onnx_export import GRAPHS, ONNX_EXTRA, key_value_names
 def _session(path: Path, threads: int | None) -> Any:
     try:
         import onnxruntime
+        from onnxruntime.capi import onnxruntime_pybind11_state as state
     except ImportError as error:
         raise ImportError(f"ONNX Runtime is needed: {ONNX_EXTRA}.") from error
+    # what ONNX Runtime raises for a file that is not a whole graph (its errors derive from Exception alone)
+    damaged_graph_errors = (RuntimeError, state.Fail, state.InvalidProtobuf, state.InvalidGraph)
     options = onnxruntime.SessionOptions()
     if threads is not None:
         options.intra_op_num_threads = threads
     # Between two graph calls PyTorch runs the search on the same cores: ONNX Runtime's threads spinning there
     # for their next task made decoding twice as slow (docs/decisions/decoding-batches.md).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    try:
+        return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except damaged_graph_errors as error:  # e.g. a graph cut short by a full disk
+        raise ValueError(
+            f"{path} cannot be loaded ({error}): export the model again (vaswani-export-onnx)."
+        ) from None
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from ..files import check_cache_folder
 from .ctranslate2 import CTRANSLATE2_EXTRA
 from .onnx_export import ONNX_EXTRA
 from .quantization import INT8_EXTRA
@@ -19,8 +20,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """How to decode: the commands' --engine, --quantize, --dtype, --device, --ctranslate2_cache and
-    --onnx_cache."""
+    """How to decode: the commands' --engine, --quantize, --dtype, --device, --ctranslate2_cache, --onnx_cache and
+    --verify_cache."""
 
     engine: str = "torch"
     quantize: str = "none"
@@ -28,6 +29,7 @@ class EngineOptions:
     device: str = "auto"
     ctranslate2_cache: Path | None = None
     onnx_cache: Path | None = None
+    verify_cache: bool = False
 
 
 def check_engine_options(options: EngineOptions) -> None:
@@ -40,6 +42,16 @@ def check_engine_options(options: EngineOptions) -> None:
         raise ValueError("--ctranslate2_cache is the folder of --engine ctranslate2's conversions: drop it.")
     if options.onnx_cache is not None and options.engine != "onnxruntime":
         raise ValueError("--onnx_cache is the folder of --engine onnxruntime's exports: drop it.")
+    if options.verify_cache and options.engine == "torch":
+        raise ValueError(
+            "--verify_cache checks the caches of --engine ctranslate2 and onnxruntime: drop it (or choose one)."
+        )
+    for flag, cache in (
+        ("--ctranslate2_cache", options.ctranslate2_cache),
+        ("--onnx_cache", options.onnx_cache),
+    ):
+        if cache is not None:
+            check_cache_folder(flag, cache)
     if options.engine == "torch":
         _check_torch_options(options)
     elif options.engine == "onnxruntime":

@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 from datasets import Dataset
@@ -28,15 +29,15 @@ from ..data.corpora import (
 )
 from ..data.prepared import (
     bpe_sample,
-    build_once,
     content_digest,
     default_data_cache,
+    prepared_entry,
     prepared_folder,
     texts_for_bpe,
 )
 from ..data.token_arrays import FilterStats, TokenizedPairs, write_tokenized
 from ..data.tokenization import load_tokenizer, train_bpe
-from ..files import is_local_path
+from ..files import check_cache_folder, is_local_path
 from .options import PATH_FIELDS, TrainOptions
 
 logger = logging.getLogger(__name__)
@@ -83,11 +84,8 @@ def check_data_inputs(options: TrainOptions) -> None:
 
 def _check_data_cache(cache: Path) -> None:
     """The data cache is a folder, or can be made as one: its nearest existing folder is writable."""
-    if cache.exists() and not cache.is_dir():
-        raise ValueError(f"--data_cache {cache} is a file: give a folder (it is made if missing).")
+    check_cache_folder("--data_cache", cache)
     existing = next(path for path in (cache, *cache.parents) if path.exists())
-    if not existing.is_dir():
-        raise ValueError(f"--data_cache {cache} cannot be made: {existing} is a file. Give a folder.")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(
             f"--data_cache {cache}: {existing} is not writable. Give a folder you can write (or set HF_HOME)."
@@ -218,9 +216,9 @@ def _tokenizer_for(
         return load_tokenizer(str(tokenizer_dir))
     settings = (corpus_digest, options.vocab_size, options.lowercase, options.bpe_max_pairs, options.seed)
     prepared = prepared_folder(data_cache_folder(options), "bpe", *settings)
-    if prepared.is_dir():
+    build = partial(_train_bpe_into, options=options, train=train)
+    if prepared_entry(prepared, build, options.verify_cache)[1]:
         logger.info(f"joint BPE: reused {prepared}")
-    build_once(prepared, lambda folder: _train_bpe_into(folder, options, train))
     tokenizer = load_tokenizer(str(prepared))
     if for_run:
         tokenizer.save_pretrained(tokenizer_dir)
@@ -255,9 +253,9 @@ def _tokenized_training_set(
     (`token_arrays.write_tokenized`), memory-mapped from there."""
     settings = (corpus_digest, tokenizer.backend_tokenizer.to_str(), options.max_length)
     prepared = prepared_folder(data_cache_folder(options), "tokenized", *settings)
-    if prepared.is_dir():
+    build = partial(_tokenize_into, options=options, train=train, tokenizer=tokenizer)
+    if prepared_entry(prepared, build, options.verify_cache)[1]:
         logger.info(f"tokenised pairs: reused {prepared}")
-    build_once(prepared, lambda folder: _tokenize_into(folder, options, train, tokenizer))
     stats = FilterStats(**json.loads((prepared / "filter_stats.json").read_text()))
     return TokenizedPairs.load(prepared), stats
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
+from ..files import HASH_ALWAYS_BYTES
 from ..modeling.configuration_vaswani_transformer import PRESETS, VaswaniTransformerConfig
 from ..values import check_finite, check_length_penalty
 from .precision import MIXED_PRECISIONS
@@ -107,6 +108,11 @@ class TrainOptions:
         "data_cache",
         "folder of prepared data (the training corpus as read from files, joint BPE, tokenised pairs), one "
         "subfolder per corpus and settings, reused by every run (none: HF_HOME/vaswani_transformer/prepared)",
+    )
+    verify_cache: bool = _setting(
+        "verify_cache",
+        "before reusing prepared data, check every file's content (SHA-256), not only the sizes and the files "
+        f"up to {HASH_ALWAYS_BYTES >> 20} MiB; a damaged one is prepared anew",
     )
     # --- training (§5)
     output_dir: Path = _setting("output_dir", "run folder")
