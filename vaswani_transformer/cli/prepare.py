@@ -9,13 +9,15 @@ Takes vaswani-train's flags and recipes; those of the data count (the corpus, sp
     vaswani-prepare --recipe multi30k
     vaswani-prepare --train_source train.en --train_target train.de --test_source test.en --test_target test.de
 
-Exit status: 0 when prepared (or found prepared), 2 for bad options or inputs.
+Exit status: 0 when prepared (or found prepared), 2 for bad options or inputs, or a data cache that cannot be
+written (read-only, or full: what was half-written is removed).
 """
 
 import logging
 import sys
 from collections.abc import Sequence
 
+from ..files import WriteError
 from ..training.job_data import check_data_inputs, data_cache_folder, load_corpora, prepare_training_data
 from .command import command
 from .train import parse_options
@@ -30,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_data_inputs(options)
         corpora = load_corpora(options)
         tokenizer, tokenized, stats = prepare_training_data(options, corpora.train, for_run=False)
-    except (ValueError, FileNotFoundError) as error:  # CorpusError is a ValueError
+    except (ValueError, FileNotFoundError, WriteError) as error:  # CorpusError is a ValueError
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(
