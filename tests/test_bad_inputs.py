@@ -520,6 +520,12 @@ ALL_OR_NOTHING_CASES: dict[str, Case] = {  # writability checked before long wor
         refused_write(lambda ws: ws.root / "locked" / "pe.png"),
         setup=lambda ws: read_only(ws, "locked"),
     ),
+    "plot-positional-encoding replacing a picture in a read-only folder": Case(
+        "plot-positional-encoding",
+        lambda ws: ["--output", str(ws.root / "locked" / "pe.png")],
+        refused_write(lambda ws: ws.root / "locked" / "pe.png"),
+        setup=lambda ws: (ws.write("locked/pe.png", b"an earlier picture"), read_only(ws, "locked")),
+    ),
     "plot-attention read-only output_dir": Case(
         "plot-attention",
         lambda ws: [ws.model, "A dog.", "--output_dir", str(ws.root / "locked" / "pictures")],

@@ -219,3 +219,25 @@ def test_a_picture_past_the_size_limit_leaves_no_file(tmp_path: Path) -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert error_lines(done.stderr)[0].startswith("error: file size limit exceeded while writing pe.png (")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_check_before_long_work_finds_a_place_that_takes_no_byte(tmp_path: Path) -> None:
+    """`check_writable` writes a byte where the output goes: with the kernel allowing none (as a full disk), the
+    check fails naming the path and the flag, and leaves nothing there."""
+    script = f"""
+import resource, signal
+from pathlib import Path
+from vaswani_transformer.files import WriteError, check_writable
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+try:
+    check_writable(Path({str(tmp_path / "new" / "run")!r}), "--output_dir")
+except WriteError as error:
+    print(error)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.startswith(f"file size limit exceeded while writing {tmp_path / 'new' / 'run'} ("), (
+        done.stderr
+    )
+    assert done.stdout.rstrip().endswith("free space or choose another --output_dir")
+    assert list(tmp_path.iterdir()) == []

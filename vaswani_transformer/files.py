@@ -151,9 +151,12 @@ def check_writable(path: Path, choose: str) -> None:
     """Raise WriteError unless a file can be written where `path` is, or would be made (its nearest existing
     folder): a byte is written to a nameless temporary file there, so that a read-only, unwritable or full place
     is found before any long work, whoever runs it (root passes permission checks such as `os.access`, but not a
-    read-only mount). A path under a file is left to the caller's own check."""
+    read-only mount). A file to be replaced is written beside; a path under a file is left to the caller's own
+    check."""
     path = Path(path)
     existing = next(folder for folder in (path, *path.parents) if folder.exists())
+    if existing == path and path.is_file():
+        existing = path.parent
     if not existing.is_dir():
         return
     with write_failures_named(path, choose), tempfile.TemporaryFile(dir=existing) as probe:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..evaluation.loading import load_for_decoding
-from ..files import WriteError, check_writable
+from ..files import WriteError, check_writable, write_failures_named
 from ..plotting import attention_maps, plot_attention
 from .command import command
 
@@ -72,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
     try:
-        args.output_dir.mkdir(parents=True, exist_ok=True)
+        with write_failures_named(args.output_dir, "--output_dir"):
+            args.output_dir.mkdir(parents=True, exist_ok=True)
         for kind in args.kinds:
             number = layer % len(maps.of(kind)[0]) + 1
             path = args.output_dir / FILE_NAMES[kind].format(number)

@@ -134,12 +134,11 @@ def write_scores(
     earlier one (a full disk or read-only folder: a WriteError naming the file and `choose`, the flag that picks
     another place, with neither written); returns the scores file."""
     path = folder / f"{name}scores.json"
-    with (
-        file_written_whole(folder / f"{name}hypotheses.txt", choose) as hypotheses_file,
-        file_written_whole(path, choose) as scores_path,
-    ):
-        hypotheses_file.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-        scores_path.write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+    with file_written_whole(path, choose) as scores_file:
+        scores_file.write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+        with file_written_whole(folder / f"{name}hypotheses.txt", choose) as hypotheses_file:
+            hypotheses_file.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+        # the hypotheses are in place now; the scores, which stand for the evaluation, follow
     return path
 
 
