@@ -7,6 +7,7 @@ a size, in a subprocess, as a full disk refuses it with ENOSPC. A small tmpfs is
 needs root (CAP_SYS_ADMIN), so only those tests are skipped, saying so, where mounting is impossible.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -212,6 +213,29 @@ def test_preparing_into_a_full_hf_home_names_it(small_disk: Path, tmp_path: Path
         f"error: no space left on device while writing {small_disk / 'vaswani_transformer'}"
     )
     assert partials(small_disk) == []
+
+
+def test_a_hub_corpus_with_a_full_datasets_cache_is_refused_before_loading(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """`datasets` caches a Hub corpus under HF_HOME: with no byte free there, preparation stops before any request
+    (the Hub is not even asked, offline), naming the place."""
+    filler = small_disk / "filler"
+    with contextlib.suppress(OSError), filler.open("wb", buffering=0) as file:
+        while True:  # until the disk is full
+            file.write(bytes(4096))
+    corpus = tatoeba_files(tmp_path, 150)
+    arguments = ["--train_source", "tester/corpus", "--test_source", corpus["test_source"]]
+    arguments += ["--test_target", corpus["test_target"], "--dev_size", "0", "--eval_steps", "0"]
+    arguments += ["--data_cache", str(tmp_path / "cache")]
+    done = run_command("prepare", arguments, tmp_path, HF_DATASETS_CACHE=str(small_disk / "datasets"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = error_lines(done.stderr)
+    assert line.startswith(
+        f"error: no space left on device while writing {small_disk / 'datasets'} (0 MB free"
+    )
+    assert line.endswith("free space or choose another HF_HOME (or HF_DATASETS_CACHE)")
+    assert sorted(small_disk.iterdir()) == [filler]
 
 
 def test_a_picture_past_the_size_limit_leaves_no_file(tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def check_data_inputs(options: TrainOptions) -> None:
 
 def _check_data_cache(options: TrainOptions) -> None:
     """The data cache is a folder, or can be made as one, and can be written (as can `datasets`' own cache when
-    a corpus is a Hub dataset or a dataset folder): a read-only or full place is found before any reading."""
+    a corpus is a Hub dataset): a read-only or full place is found before any reading."""
     cache = data_cache_folder(options)
     if cache.exists() and not cache.is_dir():
         raise ValueError(f"--data_cache {cache} is a file: give a folder (it is made if missing).")
@@ -104,12 +104,12 @@ DATASETS_CACHE_SETTING = "HF_HOME (or HF_DATASETS_CACHE)"  # where `datasets` ca
 
 
 def _read_by_datasets(options: TrainOptions, side: str) -> bool:
-    """Whether a corpus is a Hub dataset or a dataset folder, which `datasets` reads through its own cache."""
+    """Whether a corpus is a Hub dataset, which `datasets` reads through its own cache (a local folder is refused
+    by `check_data_inputs`)."""
     source, target = getattr(options, f"{side}_source"), getattr(options, f"{side}_target")
     if source is None or target is not None or source.endswith(TSV_SUFFIXES):
         return False
-    path = Path(source).expanduser()
-    return path.is_dir() or not (path.is_file() or is_local_path(source))
+    return not is_local_path(source)
 
 
 def _written_while_loading(options: TrainOptions, side: str) -> tuple[Path, str]:
