@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -428,6 +430,42 @@ CASES: dict[str, Case] = {
     ),
 }
 
+
+def read_only(ws: Workspace, name: str) -> Path:
+    """A folder of the workspace (made if missing) that nothing can write into, for as long as the workspace lives.
+    As root, whom permissions do not stop, a read-only bind mount of the folder onto itself (a root that may not
+    mount, without CAP_SYS_ADMIN, skips the case, saying so); otherwise mode 0555."""
+    folder = ws.root / name
+    folder.mkdir(exist_ok=True)
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        weakref.finalize(ws, folder.chmod, 0o755)
+        return folder
+    for options in (["--bind"], ["-o", "remount,bind,ro"]):
+        mounted = subprocess.run(
+            ["mount", *options, str(folder), str(folder)], capture_output=True, text=True
+        )
+        if mounted.returncode != 0:
+            pytest.skip(f"root here cannot mount {folder} read-only (needs CAP_SYS_ADMIN): {mounted.stderr}")
+        if options == ["--bind"]:
+            weakref.finalize(ws, subprocess.run, ["umount", str(folder)], check=True)
+    return folder
+
+
+def refused_write(path: Callable[[Workspace], Path]) -> Callable[[Workspace], str]:
+    """The message of a write `read_only` refuses: the file system's reason, and the path."""
+    reason = "the file system is read-only" if os.geteuid() == 0 else "permission denied"
+    return lambda ws: f"{reason} while writing {path(ws)} ("
+
+
+def prepare_into(cache: str) -> Callable[[Workspace], list[str]]:
+    def arguments(ws: Workspace) -> list[str]:
+        flags = [item for name, path in ws.files.items() for item in (f"--{name}", path)]
+        return [*flags, "--dev_size", "0", "--eval_steps", "0", "--data_cache", str(ws.root / cache)]
+
+    return arguments
+
+
 # Issue 50, one table per rule (each is merged into CASES below)
 OUTPUTS_APART_CASES: dict[
     str, Case
@@ -490,7 +528,68 @@ CACHE_CASES: dict[str, Case] = {  # a cache entry proves itself before reuse
         lambda ws: f"--data_cache {cache_at(ws, True)} cannot be made: {cache_at(ws, False)} is a file",
     ),
 }
-ALL_OR_NOTHING_CASES: dict[str, Case] = {}  # writability checked before long work
+ALL_OR_NOTHING_CASES: dict[str, Case] = {  # writability checked before long work
+    "evaluate read-only model folder": Case(
+        "evaluate",
+        evaluate_with("--name", "x"),
+        refused_write(lambda ws: Path(ws.model) / "x_scores.json"),
+        setup=lambda ws: read_only(ws, "model"),
+    ),
+    "train read-only output_dir": Case(
+        "train",
+        lambda ws: [*ws.train_flags(), "--output_dir", str(ws.root / "locked" / "run")],
+        refused_write(lambda ws: ws.root / "locked" / "run"),
+        setup=lambda ws: read_only(ws, "locked"),
+    ),
+    "train read-only data cache": Case(
+        "train",
+        lambda ws: [
+            *ws.train_flags(),
+            "--data_cache",
+            str(ws.root / "locked" / "cache"),
+            "--output_dir",
+            ws.new,
+        ],
+        refused_write(lambda ws: ws.root / "locked" / "cache"),
+        setup=lambda ws: read_only(ws, "locked"),
+    ),
+    "prepare read-only data cache": Case(
+        "prepare",
+        prepare_into("locked/cache"),
+        refused_write(lambda ws: ws.root / "locked" / "cache"),
+        setup=lambda ws: read_only(ws, "locked"),
+    ),
+    "average read-only output": Case(
+        "average",
+        lambda ws: [ws.run, "--last", "1", "--output", str(ws.root / "locked" / "averaged")],
+        refused_write(lambda ws: ws.root / "locked" / "averaged"),
+        setup=lambda ws: read_only(ws, "locked"),
+    ),
+    "average read-only run, default output": Case(
+        "average",
+        lambda ws: [ws.run, "--last", "1"],
+        refused_write(lambda ws: Path(ws.run) / "averaged"),
+        setup=lambda ws: read_only(ws, "run"),
+    ),
+    "plot-positional-encoding read-only output": Case(
+        "plot-positional-encoding",
+        lambda ws: ["--output", str(ws.root / "locked" / "pe.png")],
+        refused_write(lambda ws: ws.root / "locked" / "pe.png"),
+        setup=lambda ws: read_only(ws, "locked"),
+    ),
+    "plot-positional-encoding replacing a picture in a read-only folder": Case(
+        "plot-positional-encoding",
+        lambda ws: ["--output", str(ws.root / "locked" / "pe.png")],
+        refused_write(lambda ws: ws.root / "locked" / "pe.png"),
+        setup=lambda ws: (ws.write("locked/pe.png", b"an earlier picture"), read_only(ws, "locked")),
+    ),
+    "plot-attention read-only output_dir": Case(
+        "plot-attention",
+        lambda ws: [ws.model, "A dog.", "--output_dir", str(ws.root / "locked" / "pictures")],
+        refused_write(lambda ws: ws.root / "locked" / "pictures"),
+        setup=lambda ws: read_only(ws, "locked"),
+    ),
+}
 STREAMING_CASES: dict[str, Case] = {}  # vaswani-translate and vaswani-evaluate's decoding
 
 

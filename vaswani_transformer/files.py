@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -219,3 +220,65 @@ def read_json(path: Path, fix: str) -> Any:
         raise FileNotFoundError(f"{path}: missing; {fix}.") from None
     except ValueError as error:  # not UTF-8, not JSON, empty
         raise ValueError(f"{path} is damaged, not valid JSON ({error}): {fix}.") from None
+
+
+# Rust-backed writers (safetensors, tokenizers) raise their own exceptions, with the OS error only in the text.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def machine_write_failure(error: BaseException) -> OSError | None:
+    """The machine's refusal behind `error` (one of WRITE_FAILURES: a full disk, a read-only folder), as an
+    OSError, also when a Rust-backed writer raised it as its own exception; None for any other error."""
+    if isinstance(error, WriteError):
+        return None  # already said with its path
+    if isinstance(error, OSError):
+        return error if error.errno in WRITE_FAILURES else None
+    match = _RUST_OS_ERROR.search(str(error))
+    if match is None or int(match.group(1)) not in WRITE_FAILURES:
+        return None
+    return OSError(int(match.group(1)), os.strerror(int(match.group(1))))
+
+
+@contextmanager
+def write_failures_named(path: Path, choose: str) -> Iterator[None]:
+    """A machine's write failure inside the block (`machine_write_failure`) becomes a WriteError naming `path`,
+    its free space and `choose`, the flag that picks another place; other errors pass unchanged."""
+    try:
+        yield
+    except Exception as error:
+        failure = machine_write_failure(error)
+        if failure is None:
+            raise
+        raise WriteError(describe_write_failure(failure, Path(path), choose)) from error
+
+
+@contextmanager
+def file_written_whole(final: Path, choose: str) -> Iterator[Path]:
+    """A temporary name beside `final` (same suffix, so writers that go by it still can) to write into, renamed
+    to `final` when the block ends; on any failure, an interrupt included, the temporary is removed and `final`
+    is as it was, and a machine's write failure becomes a WriteError naming `final` and `choose`."""
+    final = Path(final)
+    temporary = final.with_name(f".{final.stem}.partial-{os.getpid()}{final.suffix}")
+    try:
+        with write_failures_named(final, choose):
+            yield temporary
+            os.replace(temporary, final)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def check_writable(path: Path, choose: str) -> None:
+    """Raise WriteError unless a file can be written where `path` is, or would be made (its nearest existing
+    folder): a byte is written to a nameless temporary file there, so that a read-only, unwritable or full place
+    is found before any long work, whoever runs it (root passes permission checks such as `os.access`, but not a
+    read-only mount). A file to be replaced is written beside; a path under a file is left to the caller's own
+    check."""
+    path = Path(path)
+    existing = next(folder for folder in (path, *path.parents) if folder.exists())
+    if existing == path and path.is_file():
+        existing = path.parent
+    if not existing.is_dir():
+        return
+    with write_failures_named(path, choose), tempfile.TemporaryFile(dir=existing) as probe:
+        probe.write(b"\0")
+        probe.flush()

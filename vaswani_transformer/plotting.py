@@ -14,6 +14,7 @@ from matplotlib.backend_bases import FigureCanvasBase
 from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .files import file_written_whole
 from .modeling.modeling_vaswani_transformer import (
     VaswaniTransformerSinusoidalPositionalEncoding,
     shift_tokens_right,
@@ -30,7 +31,7 @@ def _series(log_history: Sequence[dict], key: str) -> tuple[list[int], list[floa
 
 
 def plot_training_curve(
-    log_history: Sequence[dict], path: str | Path, unigram_floor: float | None = None
+    log_history: Sequence[dict], path: str | Path, unigram_floor: float | None = None, *, choose: str = "path"
 ) -> Path:
     """Training (and dev) loss with the learning rate, and greedy dev BLEU, from a Trainer's `log_history`."""
     steps, losses = _series(log_history, "loss")
@@ -54,8 +55,7 @@ def plot_training_curve(
         bleu_axis[0].set_ylabel("dev BLEU (greedy)")
     (bleu_axis[0] if bleu_axis else loss_axis).set_xlabel("step")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    return Path(path)
+    return _save(figure, Path(path), choose, dpi=120)
 
 
 # The heat map is 960 × 480 pixels (8 × 4 inches at 120 dpi): a table of 2^22 values (2,048 positions of
@@ -90,7 +90,7 @@ def check_positional_encoding_size(d_model: int, length: int) -> None:
         )
 
 
-def plot_positional_encoding(d_model: int, length: int, path: str | Path) -> Path:
+def plot_positional_encoding(d_model: int, length: int, path: str | Path, *, choose: str = "path") -> Path:
     """Heat map of PE(pos, i) for the first `length` positions (sin on even, cos on odd channels); a table too
     large to draw or a file format matplotlib does not write is a ValueError before any work."""
     check_positional_encoding_size(d_model, length)
@@ -104,8 +104,7 @@ def plot_positional_encoding(d_model: int, length: int, path: str | Path) -> Pat
     axis.set_title(f"Sinusoidal positional encoding, d_model = {d_model}")
     figure.colorbar(image, ax=axis)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    return Path(path)
+    return _save(figure, Path(path), choose, dpi=120)
 
 
 @dataclass
@@ -193,7 +192,12 @@ def attention_maps(
 
 
 def plot_attention(
-    maps: AttentionMaps, path: str | Path, *, kind: AttentionKind = "cross", layer: int = -1
+    maps: AttentionMaps,
+    path: str | Path,
+    *,
+    kind: AttentionKind = "cross",
+    layer: int = -1,
+    choose: str = "path",
 ) -> Path:
     """Every head of one layer in a grid, and their average, as heat maps with token labels and a colour bar."""
     layers, query_tokens, key_tokens = maps.of(kind)
@@ -224,5 +228,12 @@ def plot_attention(
     }
     figure.suptitle(names[kind])
     figure.colorbar(image, ax=list(axes[: len(panels)]), shrink=0.6, label="attention weight")
-    figure.savefig(path, dpi=110)
-    return Path(path)
+    return _save(figure, Path(path), choose, dpi=110)
+
+
+def _save(figure: Figure, path: Path, choose: str, dpi: int) -> Path:
+    """Save a figure whole or not at all (`files.file_written_whole`): a full disk or read-only folder leaves no
+    half-written picture and is a WriteError naming `path` and `choose`, the flag that picks another place."""
+    with file_written_whole(path, choose) as temporary:
+        figure.savefig(temporary, dpi=dpi)
+    return path

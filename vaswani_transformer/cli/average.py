@@ -2,7 +2,8 @@
 
 vaswani-average runs/wmt14-base --last 5 --output runs/wmt14-base/averaged
 
-Exit status: 0 when the averaged model is written, 2 for bad options or checkpoints that cannot be averaged.
+Exit status: 0 when the averaged model is written, 2 for bad options, checkpoints that cannot be averaged, or an
+--output that cannot be written (read-only, or full: the folder is left as it was).
 """
 
 import argparse
@@ -10,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..files import check_writable
 from ..training.checkpoints import average_last
 from .command import command
 
@@ -38,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     output_dir = args.output if args.output is not None else args.run_dir / "averaged"
     try:
+        check_writable(output_dir, "--output")  # before the checkpoints are read
         print(average_last(args.run_dir, args.last, output_dir))
     except (OSError, ValueError) as error:  # --last 0, too few checkpoints, a full disk, a read-only folder
         print(f"error: {error}", file=sys.stderr)

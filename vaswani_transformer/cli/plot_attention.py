@@ -7,7 +7,8 @@ columns: the source's) and encoder_self_attention_layer<L>.png, or the kinds giv
     vaswani-plot-attention runs/tatoeba-en-de/final "Where is the train station?" --output_dir pictures
     vaswani-plot-attention runs/tatoeba-en-de/final "I love you." --translation "Ich liebe dich." --layer 1
 
-Exit status: 0 when the pictures are written, 2 for bad options or a missing model.
+Exit status: 0 when the pictures are written, 2 for bad options, a missing model, or an --output_dir that cannot
+be written.
 """
 
 import argparse
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..evaluation.loading import load_for_decoding
+from ..files import WriteError, check_writable, write_failures_named
 from ..plotting import attention_maps, plot_attention
 from .command import command
 
@@ -52,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Translate, record attention, draw; returns the exit status."""
     args = parse_args(argv)
     try:
+        check_writable(args.output_dir, "--output_dir")
         model, tokenizer = load_for_decoding(args.model, device="cpu")
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -68,11 +71,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    for kind in args.kinds:
-        number = layer % len(maps.of(kind)[0]) + 1
-        path = plot_attention(maps, args.output_dir / FILE_NAMES[kind].format(number), kind=kind, layer=layer)
-        print(f"wrote {path}")
+    try:
+        with write_failures_named(args.output_dir, "--output_dir"):
+            args.output_dir.mkdir(parents=True, exist_ok=True)
+        for kind in args.kinds:
+            number = layer % len(maps.of(kind)[0]) + 1
+            path = args.output_dir / FILE_NAMES[kind].format(number)
+            print(f"wrote {plot_attention(maps, path, kind=kind, layer=layer, choose='--output_dir')}")
+    except WriteError as error:  # the disk filled up meanwhile: no half-written picture is left
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

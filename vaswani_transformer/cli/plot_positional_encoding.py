@@ -2,7 +2,7 @@
 
 vaswani-plot-positional-encoding --d_model 512 --length 100 --output positional_encoding.png
 
-Exit status: 0 when the figure is written, 2 for bad options.
+Exit status: 0 when the figure is written, 2 for bad options or an --output that cannot be written.
 """
 
 import argparse
@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..files import WriteError, check_writable
 from ..plotting import (
     MAX_ENCODING_VALUES,
     check_figure_file,
@@ -59,7 +60,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Draw and print where the figure was written; returns the exit status."""
     args = parse_args(argv)
-    print(f"wrote {plot_positional_encoding(args.d_model, args.length, args.output)}")
+    try:
+        check_writable(args.output, "--output")
+        print(f"wrote {plot_positional_encoding(args.d_model, args.length, args.output, choose='--output')}")
+    except WriteError as error:  # a read-only folder, a full disk: no half-written picture is left
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -9,8 +9,8 @@ Takes vaswani-train's flags and recipes; those of the data count (the corpus, sp
     vaswani-prepare --recipe multi30k
     vaswani-prepare --train_source train.en --train_target train.de --test_source test.en --test_target test.de
 
-Exit status: 0 when prepared (or found prepared), 2 for bad options or inputs, or a write the machine refused (a
-full disk: the message names the path).
+Exit status: 0 when prepared (or found prepared), 2 for bad options or inputs, or a data cache that cannot be
+written (read-only, or full: what was half-written is removed, and the message names the path).
 """
 
 import logging

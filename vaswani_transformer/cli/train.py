@@ -13,7 +13,9 @@ recipe runs: a model on the embedded Tatoeba English-German corpus, sized for a 
 
 Exit status: 0 on success, 2 for bad options or inputs (found before any training), 3 when training diverged or
 collapsed (the message says what to change; nothing is scored), 4 when --push_to_hub failed (the model is
-saved and scored; the message says how to retry).
+saved and scored; the message says how to retry), 5 when a write failed once the run started (a full disk, a
+read-only folder: the message names the path; what was half-written is removed, the last whole checkpoint is
+kept, and the same command with --resume continues once there is room).
 """
 
 import argparse
@@ -27,6 +29,7 @@ from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
 from ..files import CacheError, WriteError
+from ..training.checkpoints import whole_checkpoints
 from ..training.checks import check_inputs
 from ..training.job import train_and_evaluate
 from ..training.job_data import CorpusError
@@ -41,6 +44,8 @@ from ..training.options import (
 from ..training.recipes import available_recipes, load_recipe
 from ..training.run_folder import OPTIONS_FILE, RunFolderError
 from .command import Interrupted, command
+
+WRITE_FAILED = 5  # the exit status of a run that a full disk or read-only folder stopped
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -87,6 +92,13 @@ def _report(result) -> None:
     )
 
 
+def _how_to_continue(output_dir: Path) -> str:
+    """Where --resume would continue a run that a failed write stopped."""
+    checkpoints = whole_checkpoints(output_dir)[0] if output_dir.is_dir() else []
+    start = f"from {checkpoints[-1]}" if checkpoints else "from the start (no checkpoint was saved whole)"
+    return f"Once there is room, the same command with --resume continues the run {start}."
+
+
 @command
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, train, evaluate, report; returns the exit status."""
@@ -94,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         options = parse_options(argv)
         check_inputs(options)
-    except (ValueError, FileNotFoundError) as error:  # bad options or inputs: nothing has run yet
+    except (ValueError, FileNotFoundError, WriteError) as error:  # bad options or inputs: nothing has run yet
         print(f"error: {error}", file=sys.stderr)
         return 2
     logger = logging.getLogger(__name__)
@@ -109,18 +121,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"the run can continue: the same command with --resume ({options.output_dir})"
             ) from None
         raise
-    except (
-        CorpusError,
-        RunFolderError,
-        FileNotFoundError,
-        CacheError,
-        WriteError,
-    ) as error:  # before training
+    except (CorpusError, RunFolderError, FileNotFoundError, CacheError) as error:  # found before training
         print(f"error: {error}", file=sys.stderr)
         return 2
     except TrainingFailure as failure:
         print(f"error: {failure}", file=sys.stderr)
         return 3
+    except WriteError as error:  # a full disk or read-only folder once the run started
+        print(f"error: {error}. {_how_to_continue(Path(options.output_dir))}", file=sys.stderr)
+        return WRITE_FAILED
     if result is None:  # not the main process of a multi-process run
         return 0
     _report(result)

@@ -26,8 +26,10 @@ def load_bleu_metric(**load_kwargs: Any) -> "evaluate.EvaluationModule":
 
 @functools.cache
 def _bleu_metric() -> "evaluate.EvaluationModule":
-    """The packaged metric, loaded once per process."""
-    return load_bleu_metric()
+    """The packaged metric, loaded once per process; it keeps what it scores in memory (by default `evaluate`
+    writes every prediction to an Arrow file in HF_HOME first: a full or read-only HF_HOME would end an
+    evaluation after all its decoding)."""
+    return load_bleu_metric(keep_in_memory=True)
 
 
 def _check_parallel(hypotheses: list[str], references: list[str]) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from transformers import PreTrainedTokenizerBase
 
 from ..data.tokenization import lowercases
-from ..files import write_text_atomically
+from ..files import check_writable, file_written_whole
 from .bleu import moses_tokenize, sacre_bleu, tokenized_bleu
 
 
@@ -123,11 +123,22 @@ def score_with_tokenizer(
     )
 
 
-def write_scores(folder: Path, hypotheses: Sequence[str], scores: dict, *, name: str = "") -> Path:
-    """Write `{name}hypotheses.txt` and `{name}scores.json` into `folder`; returns the scores file."""
-    write_text_atomically(folder / f"{name}hypotheses.txt", "\n".join(hypotheses) + "\n")
+# How to choose another place for an evaluation's files, which go into the model folder.
+EVALUATION_PLACE = "model folder (evaluate a writable copy)"
+
+
+def write_scores(
+    folder: Path, hypotheses: Sequence[str], scores: dict, *, name: str = "", choose: str = EVALUATION_PLACE
+) -> Path:
+    """Write `{name}hypotheses.txt` and `{name}scores.json` into `folder`, both in full before either replaces an
+    earlier one (a full disk or read-only folder: a WriteError naming the file and `choose`, the flag that picks
+    another place, with neither written); returns the scores file."""
     path = folder / f"{name}scores.json"
-    write_text_atomically(path, json.dumps(scores, indent=2) + "\n")
+    with file_written_whole(path, choose) as scores_file:
+        scores_file.write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+        with file_written_whole(folder / f"{name}hypotheses.txt", choose) as hypotheses_file:
+            hypotheses_file.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+        # the hypotheses are in place now; the scores, which stand for the evaluation, follow
     return path
 
 
@@ -151,7 +162,8 @@ def scores_file(model_dir: str | Path, name: str = "", *, overwrite: bool = Fals
     """The scores file an evaluation named `name` writes into `model_dir` (`{name}_scores.json`).
 
     One from an earlier evaluation (the training job's scores.json is the one the model card reports) is
-    replaced only with `overwrite`: call this before loading or decoding anything.
+    replaced only with `overwrite`, and the folder must take files (a read-only or full one is a WriteError):
+    call this before loading or decoding anything.
     """
     prefix = evaluation_prefix(name)
     path = Path(model_dir) / f"{prefix}scores.json"
@@ -160,6 +172,7 @@ def scores_file(model_dir: str | Path, name: str = "", *, overwrite: bool = Fals
             f"{path} holds an earlier evaluation's scores; name this one (--name, e.g. --name wmt13: "
             f"{prefix or 'wmt13_'}scores.json) or replace it (--overwrite)."
         )
+    check_writable(path, EVALUATION_PLACE)
     return path
 
 

@@ -10,7 +10,10 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+
+from ..files import folder_written_whole, machine_write_failure
 
 WEIGHTS_NAME = "model.safetensors"
 
@@ -165,35 +168,47 @@ def _copy_model_files(source_dir: Path, output_dir: Path) -> None:
             shutil.copy2(path, output_dir / path.name)
 
 
-def average_checkpoints(checkpoint_dirs: Sequence[Path], output_dir: Path) -> Path:
-    """Average the checkpoints' weights into output_dir, with the last checkpoint's other model files."""
+def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """Write safetensors weights with the permissions of any new file; a full disk or read-only folder is an
+    OSError (safetensors raises its own error, with the OS error in its text)."""
+    try:
+        save_file(tensors, path, metadata={"format": "pt"})
+    except SafetensorError as error:
+        if (failure := machine_write_failure(error)) is None:
+            raise
+        raise failure from error
+    with_usual_permissions(path)
+
+
+def write_average(checkpoint_dirs: Sequence[Path], folder: Path) -> None:
+    """Write the mean of the checkpoints' weights into `folder` (a new one, e.g. a temporary that becomes the
+    final model), with the last checkpoint's other model files."""
+    averaged = _mean_state_dict((str(path), _load_weights(path)) for path in checkpoint_dirs)
+    save_weights(averaged, folder / WEIGHTS_NAME)
+    _copy_model_files(checkpoint_dirs[-1], folder)
+
+
+def average_checkpoints(checkpoint_dirs: Sequence[Path], output_dir: Path, choose: str = "--output") -> Path:
+    """Average the checkpoints' weights into output_dir, with the last checkpoint's other model files: all
+    written into a temporary sibling first (`files.folder_written_whole`), so that a failure (a full disk, a
+    read-only folder, an interrupt) leaves output_dir as it was; `choose` is the flag that picks another
+    output_dir, named in a write failure."""
     checkpoint_dirs = [Path(path) for path in checkpoint_dirs]
     output_dir = Path(output_dir)
     if not checkpoint_dirs:
         raise ValueError("no checkpoints to average")
     if any(output_dir.resolve() == path.resolve() for path in checkpoint_dirs):
         raise ValueError(f"output_dir {output_dir} must not be one of the averaged checkpoints")
-    averaged = _mean_state_dict((str(path), _load_weights(path)) for path in checkpoint_dirs)
-    created = not output_dir.exists()
-    output_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        _drop_scores(output_dir)  # they describe the weights about to be replaced
-        temporary = output_dir / f".{WEIGHTS_NAME}.tmp"
-        save_file(averaged, temporary, metadata={"format": "pt"})
-        with_usual_permissions(temporary)
-        os.replace(temporary, output_dir / WEIGHTS_NAME)
-        _copy_model_files(checkpoint_dirs[-1], output_dir)
-    except (
-        OSError
-    ):  # a full disk, a read-only folder: leave no half-written weights and no empty folder behind
-        (output_dir / f".{WEIGHTS_NAME}.tmp").unlink(missing_ok=True)
-        if created:
-            shutil.rmtree(output_dir, ignore_errors=True)
-        raise
+    with folder_written_whole(output_dir, choose) as temporary:
+        write_average(checkpoint_dirs, temporary)
+        if output_dir.is_dir():
+            drop_scores(
+                output_dir
+            )  # they describe the weights about to be replaced; last, once all is written
     return output_dir
 
 
-def _drop_scores(folder: Path) -> None:
+def drop_scores(folder: Path) -> None:
     """Delete an earlier evaluation's scores and hypotheses from a folder whose weights are being replaced, so
     no scores.json (the model card's BLEU) ever sits beside weights it was not measured on."""
     for path in folder.iterdir():

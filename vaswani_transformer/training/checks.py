@@ -5,6 +5,7 @@ from huggingface_hub import get_token
 from huggingface_hub.utils import validate_repo_id
 from transformers.integrations import is_tensorboard_available
 
+from ..files import check_writable
 from .job_data import check_data_inputs
 from .options import TrainOptions
 from .run_folder import check_output_dir, is_main_process
@@ -12,12 +13,13 @@ from .run_folder import check_output_dir, is_main_process
 
 def check_inputs(options: TrainOptions) -> None:
     """Fail before any long work: missing local files, a model config that cannot be built, sharing that cannot
-    work, a run folder that cannot take this run."""
+    work, a run folder that cannot take this run, a data cache or run folder that cannot be written (WriteError)."""
     check_data_inputs(options)
     options.model_config()
     _check_sharing(options)
     if is_main_process():  # other processes find the main process's files there
         check_output_dir(options.output_dir, resume=options.resume, overwrite=options.overwrite)
+        check_writable(options.output_dir, "--output_dir")
 
 
 def _check_sharing(options: TrainOptions) -> None:

@@ -3,6 +3,7 @@ decoding settings; and its scores on the dev and test sets, refused for a model 
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +15,15 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerB
 from ..engines.torch_engine import TorchEngine
 from ..evaluation.loading import load_for_decoding
 from ..evaluation.scoring import translate_and_score, write_scores
+from ..files import folder_written_whole, write_failures_named, write_text_atomically
 from ..hub import push_to_hub
 from ..modeling.pipeline_vaswani_transformer import translate
-from .checkpoints import average_checkpoints, whole_checkpoints
+from .checkpoints import drop_scores, whole_checkpoints, write_average
 from .job_data import Corpora
 from .monitoring import TrainingCollapsed, collapse_check_step, translation_symptom
 from .options import TrainOptions
 from .precision import RunPrecision
+from .run_folder import write_options
 from .trainer import TokenBudgetSeq2SeqTrainer
 
 logger = logging.getLogger(__name__)
@@ -28,20 +31,45 @@ logger = logging.getLogger(__name__)
 SANITY_SAMPLE = 100  # training sources decoded to check the final model when there is no dev set
 
 
-def build_final_model(options: TrainOptions, trainer: TokenBudgetSeq2SeqTrainer) -> Path:
-    """The final model: the average of the last checkpoints (§6.1), the best dev checkpoint, or the last weights."""
-    final_dir = options.output_dir / "final"
+def build_final_model(options: TrainOptions, trainer: TokenBudgetSeq2SeqTrainer, folder: Path) -> None:
+    """Write the final model's weights into `folder`: the average of the last checkpoints (§6.1), the best dev
+    checkpoint, or the last weights."""
     checkpoints = whole_checkpoints(options.output_dir)[0]
     best = trainer.state.best_model_checkpoint
     if options.final_model == "best" and best is not None:
         logger.info(f"final model: {best} (best greedy dev BLEU {trainer.state.best_metric:.2f})")
-        return average_checkpoints([Path(best)], final_dir)
-    if options.final_model == "average" and options.average_last > 1 and len(checkpoints) >= 2:
+        write_average([Path(best)], folder)
+    elif options.final_model == "average" and options.average_last > 1 and len(checkpoints) >= 2:
         chosen = checkpoints[-options.average_last :]
         logger.info(f"final model: average of {', '.join(path.name for path in chosen)}")
-        return average_checkpoints(chosen, final_dir)
-    logger.info(f"final model: the weights after step {trainer.state.global_step}")
-    trainer.save_model(str(final_dir))
+        write_average(chosen, folder)
+    else:
+        logger.info(f"final model: the weights after step {trainer.state.global_step}")
+        trainer.save_model(str(folder))
+
+
+def write_final_model(
+    options: TrainOptions,
+    trainer: TokenBudgetSeq2SeqTrainer,
+    tokenizer: PreTrainedTokenizerBase,
+    record: Callable[[Path], None],
+) -> Path:
+    """--output_dir/final, all or nothing: the model (`build_final_model`), its tokenizer, the run's settings,
+    its decoding settings and what `record` writes (the training run, the curve), written into a temporary
+    sibling and moved into place whole. An earlier final model's scores go, since they measured other weights.
+    A full disk or read-only folder is a WriteError naming the folder (nothing of the new model is left)."""
+    final_dir = options.output_dir / "final"
+    with (
+        folder_written_whole(final_dir, "--output_dir") as building,
+        write_failures_named(final_dir, "--output_dir"),  # safetensors' and tokenizers' own errors, too
+    ):
+        build_final_model(options, trainer, building)
+        tokenizer.save_pretrained(building)
+        write_options(options, building)
+        keep_decoding_settings(options, building)
+        record(building)
+        if final_dir.is_dir():
+            drop_scores(final_dir)  # last, once everything new is written
     return final_dir
 
 
@@ -111,12 +139,12 @@ def evaluate_final_model(
             f"dev: sacreBLEU {dev_scores['sacrebleu']['score']:.2f} (final model, {len(corpora.dev)} pairs)"
         )
         _check_final_model(options, dev_hypotheses, advice)
-        write_scores(model_dir, dev_hypotheses, dev_scores, name="dev_")
+        write_scores(model_dir, dev_hypotheses, dev_scores, name="dev_", choose="--output_dir")
     else:
         sample = list(corpora.train["source"][:SANITY_SAMPLE])
         _check_final_model(options, translate(sample, model, tokenizer, num_beams=1), advice)
     hypotheses, scores = _score(options, model, tokenizer, corpora.test, corpora.test_references_tokenized)
-    write_scores(model_dir, hypotheses, scores)
+    write_scores(model_dir, hypotheses, scores, choose="--output_dir")
     examples = list(options.examples)
     translations = dict(zip(examples, translate(examples, model, tokenizer), strict=True))
     return scores, dev_scores, translations
@@ -141,7 +169,7 @@ def write_training_run(
         "mixed_precision_chosen_by": precision.chosen_by,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
-    (folder / "training_run.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+    write_text_atomically(folder / "training_run.json", json.dumps(run, indent=2) + "\n")
 
 
 def push_final_model(options: TrainOptions, model_dir: Path) -> str | None:

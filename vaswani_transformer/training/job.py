@@ -16,18 +16,13 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Seq2SeqTrainingArguments, TrainerCallback
 
 from ..data.token_arrays import TokenizedPairs, tokenize_pairs
+from ..files import write_failures_named
 from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
 from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from ..plotting import plot_training_curve
 from .arguments import paper_training_arguments
 from .checks import check_inputs
-from .final_model import (
-    build_final_model,
-    evaluate_final_model,
-    keep_decoding_settings,
-    push_final_model,
-    write_training_run,
-)
+from .final_model import evaluate_final_model, push_final_model, write_final_model, write_training_run
 from .job_data import load_corpora, prepare_training_data
 from .monitoring import (
     HealthCheck,
@@ -103,17 +98,18 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     floor = unigram_loss(tokenized.target_counts(len(tokenizer)), config.label_smoothing)
     trainer = _trainer_for(options, args, model, tokenizer, tokenized, dev, floor, advice)
     started = time.perf_counter()
-    with only_progress_lines():
+    with only_progress_lines(), write_failures_named(options.output_dir, "--output_dir"):
         trainer.train(resume_from_checkpoint=resume_point(options.output_dir, options.resume, is_main))
     train_seconds = time.perf_counter() - started
     if not is_main:
         return None
-    model_dir = build_final_model(options, trainer)
-    tokenizer.save_pretrained(model_dir)
-    write_options(options, model_dir)
-    write_training_run(trainer, train_seconds, model_dir, precision)
-    keep_decoding_settings(options, model_dir)
-    plot_training_curve(trainer.state.log_history, model_dir / "training_curve.png", unigram_floor=floor)
+
+    def record(folder: Path) -> None:
+        write_training_run(trainer, train_seconds, folder, precision)
+        curve = folder / "training_curve.png"
+        plot_training_curve(trainer.state.log_history, curve, unigram_floor=floor, choose="--output_dir")
+
+    model_dir = write_final_model(options, trainer, tokenizer, record)
     scores, dev_scores, examples = evaluate_final_model(options, model_dir, corpora, advice)
     hub_url = push_final_model(options, model_dir) if options.push_to_hub is not None else None
     return TrainResult(model_dir, scores, dev_scores, train_seconds, examples, hub_url)

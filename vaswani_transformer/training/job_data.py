@@ -9,13 +9,13 @@ here is an error naming its flag, before any training.
 import contextlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
+import datasets
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
@@ -37,7 +37,13 @@ from ..data.prepared import (
 )
 from ..data.token_arrays import FilterStats, TokenizedPairs, write_tokenized
 from ..data.tokenization import load_tokenizer, train_bpe
-from ..files import check_cache_folder, is_local_path
+from ..files import (
+    check_cache_folder,
+    check_writable,
+    folder_written_whole,
+    is_local_path,
+    write_failures_named,
+)
 from .options import PATH_FIELDS, TrainOptions
 
 logger = logging.getLogger(__name__)
@@ -79,17 +85,42 @@ def check_data_inputs(options: TrainOptions) -> None:
         if value is not None and Path(value).expanduser().is_dir():
             raise ValueError(f"--{name} {value} is a folder: give the file inside it.")
     _check_text_pairs(options)
-    _check_data_cache(data_cache_folder(options))
+    _check_data_cache(options)
 
 
-def _check_data_cache(cache: Path) -> None:
-    """The data cache is a folder, or can be made as one: its nearest existing folder is writable."""
+def _check_data_cache(options: TrainOptions) -> None:
+    """The data cache is a folder, or can be made as one, and can be written (as can `datasets`' own cache when
+    a corpus is a Hub dataset): a read-only or full place is found before any reading."""
+    cache = data_cache_folder(options)
     check_cache_folder("--data_cache", cache)
-    existing = next(path for path in (cache, *cache.parents) if path.exists())
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(
-            f"--data_cache {cache}: {existing} is not writable. Give a folder you can write (or set HF_HOME)."
-        )
+    check_writable(cache, data_cache_flag(options))
+    if any(_read_by_datasets(options, side) for side in ("train", "dev", "test")):
+        check_writable(Path(datasets.config.HF_DATASETS_CACHE), DATASETS_CACHE_SETTING)
+
+
+def data_cache_flag(options: TrainOptions) -> str:
+    """How to choose another data cache, for messages: the flag, or (for the default) HF_HOME too."""
+    return "--data_cache" if options.data_cache is not None else "--data_cache (or HF_HOME)"
+
+
+DATASETS_CACHE_SETTING = "HF_HOME (or HF_DATASETS_CACHE)"  # where `datasets` caches Hub datasets
+
+
+def _read_by_datasets(options: TrainOptions, side: str) -> bool:
+    """Whether a corpus is a Hub dataset, which `datasets` reads through its own cache (a local folder is refused
+    by `check_data_inputs`)."""
+    source, target = getattr(options, f"{side}_source"), getattr(options, f"{side}_target")
+    if source is None or target is not None or source.endswith(TSV_SUFFIXES):
+        return False
+    return not is_local_path(source)
+
+
+def _written_while_loading(options: TrainOptions, side: str) -> tuple[Path, str]:
+    """Where loading a corpus writes, and how to choose another place: `datasets`' cache for a Hub dataset,
+    the data cache for files."""
+    if _read_by_datasets(options, side):
+        return Path(datasets.config.HF_DATASETS_CACHE), DATASETS_CACHE_SETTING
+    return data_cache_folder(options), data_cache_flag(options)
 
 
 def _log_loaded(stats: LoadStats, split: str) -> None:
@@ -103,15 +134,16 @@ def _load_pairs(
     error naming its flag."""
     flag = {"train": "train_source", "validation": "dev_source", "test": "test_source"}[split]
     try:
-        pairs, stats = load_parallel(
-            source,
-            target,
-            source_lang=options.source_lang,
-            target_lang=options.target_lang,
-            split=split,
-            hub_config=options.hub_config,
-            cache=data_cache_folder(options) if split == "train" else None,  # the big one, read once
-        )
+        with write_failures_named(*_written_while_loading(options, flag.removesuffix("_source"))):
+            pairs, stats = load_parallel(
+                source,
+                target,
+                source_lang=options.source_lang,
+                target_lang=options.target_lang,
+                split=split,
+                hub_config=options.hub_config,
+                cache=data_cache_folder(options) if split == "train" else None,  # the big one, read once
+            )
     except ValueError as error:  # e.g. a text pair whose line counts differ
         raise CorpusError(f"--{flag} {source}: {error}") from None
     _log_loaded(stats, split)
@@ -190,10 +222,12 @@ def prepare_training_data(
     For a run (`for_run`), the vocabulary is also the run folder's (`--output_dir`/tokenizer)."""
     in_turn = in_turn or (lambda step: contextlib.nullcontext())
     corpus_digest = content_digest(train)  # names the prepared data in the cache
-    with in_turn("joint BPE vocabulary"):
-        tokenizer = _tokenizer_for(options, train, is_main_process, corpus_digest, for_run)
-    with in_turn("tokenising"):
-        tokenized, filter_stats = _tokenized_training_set(options, train, tokenizer, corpus_digest)
+    # what the cache's builds write is removed when they fail (`prepared.build_once`); here it is said where
+    with write_failures_named(data_cache_folder(options), data_cache_flag(options)):
+        with in_turn("joint BPE vocabulary"):
+            tokenizer = _tokenizer_for(options, train, is_main_process, corpus_digest, for_run)
+        with in_turn("tokenising"):
+            tokenized, filter_stats = _tokenized_training_set(options, train, tokenizer, corpus_digest)
     return tokenizer, tokenized, filter_stats
 
 
@@ -221,7 +255,11 @@ def _tokenizer_for(
         logger.info(f"joint BPE: reused {prepared}")
     tokenizer = load_tokenizer(str(prepared))
     if for_run:
-        tokenizer.save_pretrained(tokenizer_dir)
+        with (
+            folder_written_whole(tokenizer_dir, "--output_dir") as temporary,
+            write_failures_named(tokenizer_dir, "--output_dir"),  # tokenizers' own error, too
+        ):
+            tokenizer.save_pretrained(temporary)
     if len(tokenizer) > options.vocab_size:
         logger.warning(
             f"warning: --vocab_size {options.vocab_size:,} is below the corpus's characters and special tokens: "

@@ -19,6 +19,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from ..files import write_text_atomically
 from .checkpoints import whole_checkpoints
 
 logger = logging.getLogger(__name__)
@@ -26,11 +27,12 @@ logger = logging.getLogger(__name__)
 OPTIONS_FILE = "train_options.json"
 PRECISION_FILE = "training_precision.json"  # the precision the run trains in (`precision.run_precision`)
 # What a run writes at the top of its --output_dir: the only entries --overwrite may delete (with the temporary
-# name `files.write_text_atomically` gives the precision record, should a run be killed while writing it).
-RUN_FILES = (OPTIONS_FILE, PRECISION_FILE, f".{PRECISION_FILE}.tmp")
+# names `files.write_text_atomically` gives its records, should a run be killed while writing them).
+RUN_FILES = (OPTIONS_FILE, PRECISION_FILE, f".{OPTIONS_FILE}.tmp", f".{PRECISION_FILE}.tmp")
 # runs/: TensorBoard's logs (--report_to); tokenized/: the tokenised pairs of runs before the data cache
 RUN_FOLDERS = ("tokenizer", "tokenized", "final", "runs")
-RUN_FOLDER_PATTERNS = ("checkpoint-*", "incomplete-checkpoint-*")
+# .final.partial-<pid>, .tokenizer.partial-<pid>: what `files.folder_written_whole` left of a killed run
+RUN_FOLDER_PATTERNS = ("checkpoint-*", "incomplete-checkpoint-*", ".final.partial-*", ".tokenizer.partial-*")
 # The lock a training holds on its folder: never deleted (a new file would let a second training lock it while
 # the first still holds the old one), never counted as the folder's content.
 LOCK_FILE = ".vaswani-train.lock"
@@ -161,5 +163,4 @@ def resume_point(folder: Path, resume: bool, is_main: bool) -> str | None:
 def write_options(options: Any, folder: Path) -> None:
     """The run's settings (a `TrainOptions`) as train_options.json in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(asdict(options), default=str, indent=2) + "\n"
-    (folder / OPTIONS_FILE).write_text(text, encoding="utf-8")
+    write_text_atomically(folder / OPTIONS_FILE, json.dumps(asdict(options), default=str, indent=2) + "\n")

@@ -1,6 +1,7 @@
 """Seq2SeqTrainer on §5.1's token-budget batches: the Trainer the job trains with, and `build_trainer`."""
 
 import copy
+import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -20,10 +21,12 @@ from transformers import (
     TrainerCallback,
 )
 from transformers.trainer_callback import PrinterCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..data.batching import TokenBudgetBatchSampler
 from ..data.token_arrays import PaddedPairBatches, TokenizedPairs, already_collated
-from .checkpoints import with_usual_permissions
+from ..files import write_failures_named
+from .checkpoints import checkpoint_problem, with_usual_permissions
 from .monitoring import TrainingProgress
 
 
@@ -85,6 +88,23 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         finally:
             self.model.generation_config = generation_config
             self._window_started += time.perf_counter() - started  # dev decoding is not training time
+
+    def _save_checkpoint(self, model: torch.nn.Module, trial: Any) -> None:
+        """A checkpoint as transformers saves it, all or nothing: a save that fails (a full disk, a read-only
+        folder, an interrupt) removes what it wrote of checkpoint-<step> unless the checkpoint was already whole,
+        so the last whole checkpoint is where --resume continues (a save killed outright leaves a folder without
+        trainer_state.json, which `run_folder.resume_point` sets aside); a write the machine refused is a
+        WriteError naming the checkpoint."""
+        checkpoint = (
+            Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        )
+        try:
+            with write_failures_named(checkpoint, "--output_dir"):
+                super()._save_checkpoint(model, trial)
+        except BaseException:
+            if self.args.should_save and checkpoint.is_dir() and checkpoint_problem(checkpoint) is not None:
+                shutil.rmtree(checkpoint, ignore_errors=True)
+            raise
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """Checkpoints and saved models as transformers writes them, with the weights' permissions those of any
