@@ -96,6 +96,22 @@ def test_embeddings_are_shared_and_tied(tiny_model) -> None:
 
 
 @pytest.mark.parametrize("model_class", [VaswaniTransformerModel, VaswaniTransformerForConditionalGeneration])
+def test_every_name_of_the_shared_table_is_declared_to_transformers(model_class) -> None:
+    """Issue 51, item 5 (transformers' common test test_tied_weights_keys): the body shared the encoder's table
+    with the decoder without declaring it, so transformers' tied-weights machinery saw untied shared storage."""
+    model = model_class(tiny_config())
+    declared = model.get_expanded_tied_weights_keys(
+        all_submodels=True
+    )  # {target: source}, as transformers ties
+    names_by_storage: dict[int, set[str]] = {}
+    for name, tensor in model.state_dict().items():
+        names_by_storage.setdefault(tensor.untyped_storage().data_ptr(), set()).add(name)
+    shared = [names for names in names_by_storage.values() if len(names) > 1]
+    assert shared == [set(declared) | set(declared.values())]  # one table, every name of it declared
+    assert len(set(declared.values())) == 1 and not set(declared) & set(declared.values())  # one source
+
+
+@pytest.mark.parametrize("model_class", [VaswaniTransformerModel, VaswaniTransformerForConditionalGeneration])
 def test_a_checkpoint_without_weights_initialises_and_reports_every_parameter(
     model_class, tmp_path: Path
 ) -> None:
@@ -127,6 +143,32 @@ def test_a_complete_checkpoint_reports_nothing_missing(tiny_model, tmp_path: Pat
     for name, parameter in tiny_model.state_dict().items():
         torch.testing.assert_close(loaded.state_dict()[name], parameter, msg=name)
     assert loaded.lm_head.weight is loaded.model.decoder.embed_tokens.weight
+
+
+@pytest.mark.parametrize("beams", [1, 2])
+def test_attention_weights_come_back_under_the_default_attention(tiny_model, source_batch, beams) -> None:
+    """Issue 51, item 6: under sdpa (the default) output_attentions=True gave empty tuples and a log line; the
+    layers asked for weights compute them the eager way, and the outputs are those of eager attention."""
+    assert tiny_model.config._attn_implementation == "sdpa"
+    decoder_input_ids = torch.tensor([[2, 20, 21], [2, 30, 31]])
+    outputs = tiny_model(**source_batch, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    tiny_model.set_attn_implementation("eager")
+    eager = tiny_model(**source_batch, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    for name in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
+        assert len(getattr(outputs, name)) == len(getattr(eager, name)) > 0, name
+        for got, expected in zip(getattr(outputs, name), getattr(eager, name), strict=True):
+            torch.testing.assert_close(got, expected, msg=name)
+    tiny_model.set_attn_implementation("sdpa")
+    generated = tiny_model.generate(
+        **source_batch,
+        num_beams=beams,
+        max_new_tokens=3,
+        output_attentions=True,
+        return_dict_in_generate=True,
+    )
+    assert len(generated.cross_attentions) == generated.sequences.shape[1] - 1  # one per step
+    assert all(len(step) == tiny_model.config.num_decoder_layers for step in generated.cross_attentions)
+    assert generated.cross_attentions[0][0].shape[-1] == source_batch["input_ids"].shape[1]
 
 
 def test_future_target_tokens_never_change_earlier_outputs(tiny_model, source_batch) -> None:

@@ -15,8 +15,10 @@ transformers' `generate()` lacks:
 Shipped beside the model file as remote code: it imports only torch, transformers and that sibling file.
 """
 
+import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -27,10 +29,10 @@ from transformers.masking_utils import create_bidirectional_mask
 from .beam_search_vaswani_transformer import beam_search, is_plain_request, pad_after_end
 
 LIMITS = ("max_length", "max_new_tokens")
-# transformers' default output length, which Seq2SeqTrainer writes into the model's generation config
-TRANSFORMERS_MAX_LENGTH = getattr(GenerationConfig, "_get_default_generation_params", lambda: {})().get(
-    "max_length", 20
-)
+# transformers' fallback decoding settings, which Seq2SeqTrainer writes into the model's generation config at its
+# first generated batch; among them its default output length
+TRANSFORMERS_DEFAULTS = getattr(GenerationConfig, "_get_default_generation_params", dict)()
+TRANSFORMERS_MAX_LENGTH = TRANSFORMERS_DEFAULTS.get("max_length", 20)
 
 
 def gnmt_as_power_of_length(alpha: float, length: int) -> float:
@@ -42,6 +44,29 @@ def gnmt_as_power_of_length(alpha: float, length: int) -> float:
 
 class VaswaniTransformerGenerationMixin(GenerationMixin):
     """`GenerationMixin` with the paper's decoding (§6.1) and the translation model's shortcuts."""
+
+    @contextmanager
+    def settings_as_generation_reads_them(self) -> Iterator[None]:
+        """The config and generation config, while they are saved, as generation reads them.
+
+        - `config.use_cache`: whether generation caches keys and values (its generation config's `use_cache`).
+          transformers' Trainer sets `config.use_cache` to its argument's (False by default) for training; saved
+          so, config.json said no cache while every `generate()` uses one.
+        - transformers' fallback settings unset: Seq2SeqTrainer writes them all into the generation config, among
+          them `max_length=20`, which `generate` below reads as no limit but a reader of generation_config.json
+          (or of the model card made from it) takes literally. Unset, each means what it meant before.
+        """
+        generation, use_cache = self.generation_config, self.config.use_cache
+        as_saved = copy.deepcopy(generation)
+        for name, value in TRANSFORMERS_DEFAULTS.items():
+            if getattr(as_saved, name, None) == value:
+                setattr(as_saved, name, None)
+        self.generation_config = as_saved
+        self.config.use_cache = generation.use_cache is not False
+        try:
+            yield
+        finally:
+            self.generation_config, self.config.use_cache = generation, use_cache
 
     # §6.1 decoding: "maximum output length … input length + 50, but terminate early when possible".
     def generate(

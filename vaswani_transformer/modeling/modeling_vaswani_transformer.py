@@ -183,11 +183,12 @@ class VaswaniTransformerAttention(nn.Module):
                 past_key_values.is_updated[self.layer_idx] = True
         return keys, values
 
-    def _attention_function(self, query: torch.Tensor) -> Callable:
+    def _attention_function(self, query: torch.Tensor, weights_wanted: bool) -> Callable:
         """The configured kernel (transformers' attention interface), or the eager path where the fast path
-        prefers it."""
+        prefers it or the call asks for the attention weights (`output_attentions`), which only it computes: sdpa
+        and flash attention return none, and transformers would return empty tuples with a log line."""
         implementation = self.config._attn_implementation
-        if prefers_eager_attention(query, implementation, self.config.fast_path):
+        if weights_wanted or prefers_eager_attention(query, implementation, self.config.fast_path):
             return eager_attention_forward
         return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
 
@@ -207,7 +208,7 @@ class VaswaniTransformerAttention(nn.Module):
         if grouped:
             query = queries_per_source(query, keys.shape[0])  # (sources, heads, group · tgt_len, d_k)
         dropout = self.dropout if self.training else 0.0
-        output, weights = self._attention_function(query)(
+        output, weights = self._attention_function(query, bool(kwargs.get("output_attentions")))(
             self, query, keys, values, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs
         )
         output = output.reshape(
@@ -311,6 +312,23 @@ class VaswaniTransformerPreTrainedModel(RemoteCodeSavingMixin, PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _can_compile_fullgraph = True  # the decoding step traces as one graph (tested), as CUDA graphs need
+
+    def mark_tied_weights_as_initialized(self, loading_info: Any) -> None:
+        """transformers' marking of tied weights as loaded, less the decoder's name for the shared table.
+
+        transformers marks each tied target as loaded (its source will overwrite it). The decoder's table is the
+        encoder's very parameter (one module, see `VaswaniTransformerModel`), so marking it would mark the source
+        too, and a checkpoint without the table would leave it on the meta device, uninitialised and unreported."""
+        declared = self.all_tied_weights_keys
+        self.all_tied_weights_keys = {
+            target: source
+            for target, source in declared.items()
+            if self.get_parameter(target) is not self.get_parameter(source)
+        }
+        try:
+            super().mark_tied_weights_as_initialized(loading_info)
+        finally:
+            self.all_tied_weights_keys = declared
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -492,7 +510,9 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
     """Encoder and decoder; the source and target embeddings are one shared BPE table (§3.4)."""
 
-    # the encoder's table, saved once (see __init__)
+    # One table (see __init__), declared as transformers' tied weights so that its checks and loading know the
+    # decoder's name for it; saved once, under the encoder's name.
+    _tied_weights_keys = {"decoder.embed_tokens.weight": "encoder.embed_tokens.weight"}
     _keys_to_ignore_on_save = {"decoder.embed_tokens.weight"}
 
     def __init__(self, config: VaswaniTransformerConfig) -> None:
@@ -500,8 +520,7 @@ class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
         self.encoder = VaswaniTransformerEncoder(config)
         self.decoder = VaswaniTransformerDecoder(config)
         # The decoder embeds with the encoder's module itself, not a copy tied by weight, so FSDP sees one module
-        # holding the table. Saved once, under the encoder's name; no `_tied_weights_keys` entry, which would mark
-        # it loaded before it is (a checkpoint without it would leave it on the meta device).
+        # holding the table.
         self.decoder.embed_tokens = self.encoder.embed_tokens
         self.post_init()
 
@@ -572,6 +591,12 @@ class VaswaniTransformerForConditionalGeneration(
         self.post_init()
         # §6.1: beam size 4, length penalty α = 0.6 (GNMT form, see `length_penalty_type`).
         self.generation_config.update(num_beams=4, length_penalty=0.6, early_stopping=True)
+
+    def save_pretrained(self, save_directory: Any, *args: Any, **kwargs: Any) -> None:
+        """As saved before, with the decoding settings as generation reads them
+        (`settings_as_generation_reads_them`)."""
+        with self.settings_as_generation_reads_them():
+            super().save_pretrained(save_directory, *args, **kwargs)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

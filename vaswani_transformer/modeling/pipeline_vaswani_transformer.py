@@ -10,10 +10,10 @@ to keep float32. Shipped as remote code: it imports only torch, tqdm, transforme
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, overload
 
 import torch
 from tqdm.auto import tqdm
@@ -195,9 +195,37 @@ def decoded_batches(
         pool.shutdown(cancel_futures=True)
 
 
+# generate()'s counts that must be at least one, and lengths that must not be negative
+AT_LEAST_ONE = ("num_beams", "num_return_sequences")
+NOT_NEGATIVE = ("max_length", "max_new_tokens", "min_length", "min_new_tokens")
+
+
+def check_generate_arguments(generate_kwargs: dict[str, Any]) -> None:
+    """Refuse (ValueError, naming the argument) a count below one or a negative length, before any decoding:
+    inside the search they fail far from the call (num_beams=0 divides by zero)."""
+    for name, lowest in [(name, 1) for name in AT_LEAST_ONE] + [(name, 0) for name in NOT_NEGATIVE]:
+        value = generate_kwargs.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < lowest):
+            raise ValueError(f"{name} must be a whole number of at least {lowest}, got {value!r}.")
+
+
+def has_words(ids: Sequence[int], tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether a source holds more than the tokens the tokenizer adds (the end of sentence): a blank source
+    translates to an empty string, not to whatever the model makes of an empty sentence."""
+    return len(ids) > tokenizer.num_special_tokens_to_add()
+
+
+@overload
+def translate(
+    texts: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, **kwargs: Any
+) -> str: ...
+@overload
+def translate(
+    texts: Sequence[str], model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, **kwargs: Any
+) -> list[str]: ...
 @torch.no_grad()  # not inference_mode: see `decode` below
 def translate(
-    texts: Sequence[str],
+    texts: str | Sequence[str],
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     *,
@@ -206,23 +234,44 @@ def translate(
     dtype: torch.dtype | None = None,
     workers: int | None = None,
     **generate_kwargs: Any,
-) -> list[str]:
-    """Translate `texts` and return the translations in input order.
+) -> str | list[str]:
+    """Translate `texts` and return the translations in input order (one string for one string).
 
-    Decoding uses the model's generation config (for this package: beam 4, GNMT length penalty α = 0.6,
-    output limit = source length + 50, §6.1) unless `generate_kwargs` override it. It computes in `dtype`, by
-    default `precision.decoding_precision`'s: bfloat16 autocast for float32 weights on a CPU or GPU that computes
-    bfloat16 faster at this model's width (its d_model), else the weights' dtype; `dtype=torch.float32` keeps float32 weights in float32.
+    Blank sources (nothing but whitespace) give empty translations. Decoding uses the model's generation config
+    (for this package: beam 4, GNMT length penalty α = 0.6, output limit = source length + 50, §6.1) unless
+    `generate_kwargs` override it; a count below one or a negative length is a ValueError before any decoding.
+    It computes in `dtype`, by default `precision.decoding_precision`'s: bfloat16 autocast for float32 weights on
+    a CPU or GPU that computes bfloat16 faster at this model's width (its d_model), else the weights' dtype;
+    `dtype=torch.float32` keeps float32 weights in float32.
     Sources longer than the model's position table are cut to it (`cap_source_lengths`, with a warning). Batches
     hold `batch_size` sentences, by default `BATCH_SIZE` or fewer where a batch of the longest sources would not
     fit in memory (`batch_size_within_budget`); a batch that would not fit is refused before it decodes
     (`check_decoding_budget`). `workers` batches decode at once (`decoded_batches`; default `decoding_workers`: two
     on a multi-core CPU, one when two would not fit in memory).
     """
-    if not texts:
-        return []
-    encodings = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
-    encodings = cap_source_lengths(encodings, model.config.max_position_embeddings)
+    if isinstance(texts, str):
+        return translate(
+            [texts],
+            model,
+            tokenizer,
+            batch_size=batch_size,
+            show_progress=show_progress,
+            dtype=dtype,
+            workers=workers,
+            **generate_kwargs,
+        )[0]
+    check_generate_arguments(generate_kwargs)
+    if generate_kwargs.get("num_return_sequences", 1) != 1:
+        raise ValueError(
+            "translate() gives one translation per source: for several, call the vaswani-translation pipeline "
+            "with num_return_sequences."
+        )
+    results = [""] * len(texts)
+    encoded = tokenizer(list(texts), add_special_tokens=True)["input_ids"] if texts else []
+    sources = [index for index, ids in enumerate(encoded) if has_words(ids, tokenizer)]
+    if not sources:
+        return results
+    encodings = cap_source_lengths([encoded[i] for i in sources], model.config.max_position_embeddings)
     if batch_size is None:
         batch_size = batch_size_within_budget(model, encodings, generate_kwargs)
     batches = length_sorted_batches([len(ids) for ids in encodings], batch_size)
@@ -241,7 +290,6 @@ def translate(
             outputs = model.generate(**inputs.to(model.device), **generate_kwargs)
         return [text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]
 
-    results: list[str] = [""] * len(texts)
     was_training = model.training
     model.eval()
     try:
@@ -250,7 +298,7 @@ def translate(
         ) as progress:
             for batch, translations in decoded_batches(batches, decode, count):
                 for index, text in zip(batch, translations, strict=True):
-                    results[index] = text
+                    results[sources[index]] = text
                 progress.update()
     finally:
         model.train(was_training)
@@ -262,8 +310,9 @@ class VaswaniTranslationPipeline(Pipeline):
 
     Keyword arguments of the call (`num_beams=1`, `max_new_tokens=...`) override the model's generation config,
     which holds the paper's decoding (§6.1). Like transformers 4's translation pipeline, one sentence gives a
-    list with one result and a list of sentences gives one result per sentence (a list of them per sentence with
-    `num_return_sequences=2`); `batch_size=` batches them.
+    list with one result; several give one result per sentence, or a list of them per sentence with
+    `num_return_sequences=2`. A list gives a list; a generator or a dataset (`KeyDataset`) gives an iterator that
+    translates as it is read; `batch_size=` batches them. A blank sentence gives an empty translation.
     """
 
     _load_processor = False
@@ -275,6 +324,7 @@ class VaswaniTranslationPipeline(Pipeline):
     def _sanitize_parameters(
         self, decoding_dtype: torch.dtype | None = None, **generate_kwargs: Any
     ) -> tuple[dict, dict, dict]:
+        check_generate_arguments(generate_kwargs)
         forward = dict(generate_kwargs)
         if decoding_dtype is not None:
             forward["decoding_dtype"] = decoding_dtype
@@ -292,26 +342,42 @@ class VaswaniTranslationPipeline(Pipeline):
         decoding_dtype: torch.dtype | None = None,
         **generate_kwargs: Any,
     ) -> dict[str, torch.Tensor]:
-        """generate() in `translate`'s precision: bfloat16 autocast on such devices unless `decoding_dtype`."""
-        precision = decoding_precision(
-            self.model.dtype, self.model.device, decoding_dtype, width=self.model.config.d_model
-        )
-        with autocast_to(precision, self.model.dtype, self.model.device):
-            output_ids = self.model.generate(**model_inputs, **generate_kwargs)
-        sentences = model_inputs["input_ids"].shape[0]
+        """generate() in `translate`'s precision (bfloat16 autocast on such devices unless `decoding_dtype`) for
+        the sentences with words; blank ones get only padding, which decodes to an empty translation."""
+        input_ids, attention_mask = model_inputs["input_ids"], model_inputs["attention_mask"]
+        with_words = attention_mask.sum(-1) > self.tokenizer.num_special_tokens_to_add()
+        generation = self.model.generation_config
+        returned = generate_kwargs.get("num_return_sequences") or generation.num_return_sequences or 1
+        generated = torch.empty((0, returned, 1), dtype=torch.long)
+        if with_words.any():
+            precision = decoding_precision(
+                self.model.dtype, self.model.device, decoding_dtype, width=self.model.config.d_model
+            )
+            with autocast_to(precision, self.model.dtype, self.model.device):
+                output_ids = self.model.generate(
+                    input_ids=input_ids[with_words],
+                    attention_mask=attention_mask[with_words],
+                    **generate_kwargs,
+                )
+            generated = output_ids.reshape(-1, returned, output_ids.shape[-1]).cpu()
         # (sentences, num_return_sequences, length): the pipeline splits a batch's outputs by sentence
-        return {"output_ids": output_ids.reshape(sentences, output_ids.shape[0] // sentences, -1)}
+        output_ids = torch.full((input_ids.shape[0], *generated.shape[1:]), self.model.config.pad_token_id)
+        output_ids[with_words.cpu()] = generated
+        return {"output_ids": output_ids}
 
-    def postprocess(self, model_outputs: dict[str, torch.Tensor]) -> list[dict[str, str]]:
+    def postprocess(self, model_outputs: dict[str, torch.Tensor]) -> dict[str, str] | list[dict[str, str]]:
+        """One sentence's translation, or the list of them when `num_return_sequences` asks for several."""
         texts = self.tokenizer.batch_decode(model_outputs["output_ids"][0], skip_special_tokens=True)
-        return [{"translation_text": text.strip()} for text in texts]
+        results = [{"translation_text": text.strip()} for text in texts]
+        return results if len(results) > 1 else results[0]
 
-    def __call__(
-        self, inputs: str | list[str], **kwargs: Any
-    ) -> list[dict[str, str]] | list[list[dict[str, str]]]:
-        """One sentence: its translations (one unless `num_return_sequences`); several: one translation each, or
-        a list of them per sentence when `num_return_sequences` asks for more, as transformers 4 gave them."""
+    def __call__(self, inputs: Any, **kwargs: Any) -> Any:
+        """One sentence: the list of its translations (one unless `num_return_sequences`). Several (a list or
+        tuple): a list with one result per sentence. A generator or a dataset: an iterator of them, translated as
+        it is read (transformers' pipelines stream these). Nothing to translate: an empty list."""
+        if isinstance(inputs, tuple):
+            inputs = list(inputs)
+        if isinstance(inputs, Sized) and not isinstance(inputs, str) and len(inputs) == 0:
+            return []  # transformers' own call reads the first item to look for chat messages
         results = super().__call__(inputs, **kwargs)
-        if isinstance(inputs, str) or any(len(result) > 1 for result in results):
-            return results
-        return [result for (result,) in results]
+        return [results] if isinstance(inputs, str) and isinstance(results, dict) else results

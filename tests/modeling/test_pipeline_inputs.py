@@ -1,0 +1,114 @@
+"""What users hand translate() and the `vaswani-translation` pipeline first (issue 51, items 1-3): every kind of
+input gives one result per sentence, blank sentences give empty translations, bad arguments are named."""
+
+import types
+
+import pytest
+import torch
+from transformers import pipeline
+from transformers.pipelines.pt_utils import KeyDataset
+
+from tests.conftest import tiny_config
+from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
+
+SENTENCES = ["a b c", "d e", "f g h i", "j", "k l"]
+
+
+@pytest.fixture(scope="module")
+def model() -> VaswaniTransformerForConditionalGeneration:
+    torch.manual_seed(0)
+    return VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=30)).eval()
+
+
+@pytest.fixture(scope="module")
+def translator(model, letter_tokenizer):
+    return pipeline("vaswani-translation", model=model, tokenizer=letter_tokenizer)
+
+
+def texts(results: list) -> list:
+    """The translations' texts, in the results' shape (a list of them per sentence with several each)."""
+    return [texts(result) if isinstance(result, list) else result["translation_text"] for result in results]
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_generators_and_datasets_give_one_result_per_sentence_as_lists_do(translator, batch_size) -> None:
+    expected = texts(translator(SENTENCES, batch_size=batch_size))
+    assert len(expected) == len(SENTENCES) and all(expected)
+    streamed = translator((s for s in SENTENCES), batch_size=batch_size)
+    assert isinstance(streamed, types.GeneratorType) or hasattr(
+        streamed, "__next__"
+    )  # streams, as transformers'
+    assert texts(list(streamed)) == expected
+    dataset = KeyDataset([{"en": sentence} for sentence in SENTENCES], "en")
+    assert texts(list(translator(dataset, batch_size=batch_size))) == expected
+    assert texts(translator(tuple(SENTENCES), batch_size=batch_size)) == expected
+
+
+def test_several_translations_per_sentence_come_as_a_list_for_every_kind_of_input(translator) -> None:
+    settings = {"num_beams": 3, "num_return_sequences": 2, "batch_size": 2}
+    expected = texts(translator(SENTENCES, **settings))
+    assert [len(per_sentence) for per_sentence in expected] == [2] * len(SENTENCES)
+    assert texts(list(translator((s for s in SENTENCES), **settings))) == expected
+    assert texts(translator(SENTENCES[0], **settings)) == expected[0]
+
+
+def test_nothing_to_translate_gives_an_empty_list(translator) -> None:
+    assert translator([]) == []
+    assert list(translator(s for s in [])) == []
+    assert list(translator(KeyDataset([], "en"))) == []
+
+
+def test_blank_sentences_give_empty_translations(translator, model, letter_tokenizer) -> None:
+    with_blanks = ["", SENTENCES[0], "   ", SENTENCES[1], "\t"]
+    words = translate(SENTENCES[:2], model, letter_tokenizer)
+    assert all(words)
+    assert translate(with_blanks, model, letter_tokenizer) == ["", words[0], "", words[1], ""]
+    assert translate(["", " "], model, letter_tokenizer) == ["", ""]
+    assert translate("", model, letter_tokenizer) == ""
+    assert translator("") == [{"translation_text": ""}]
+    for batch_size in (1, 5):
+        words = texts(translator(SENTENCES[:2], batch_size=min(batch_size, 2)))
+        assert texts(translator(with_blanks, batch_size=batch_size)) == ["", words[0], "", words[1], ""]
+    assert texts(translator(["", "  "], batch_size=2)) == ["", ""]
+    assert texts(translator([""], num_return_sequences=2, num_beams=2)) == [["", ""]]
+
+
+def test_translate_takes_one_string_and_gives_one_string(model, letter_tokenizer) -> None:
+    one = translate(SENTENCES[0], model, letter_tokenizer, num_beams=1)
+    assert isinstance(one, str) and one
+    assert [one] == translate(SENTENCES[:1], model, letter_tokenizer, num_beams=1)
+
+
+@pytest.mark.parametrize(
+    "argument",
+    [
+        {"num_beams": 0},
+        {"num_beams": -2},
+        {"num_return_sequences": 0},
+        {"max_new_tokens": -1},
+        {"max_length": -5},
+        {"min_new_tokens": -1},
+        {"num_beams": 2.5},
+    ],
+)
+def test_bad_decoding_arguments_are_named_before_any_decoding(
+    translator, model, letter_tokenizer, argument
+) -> None:
+    name = next(iter(argument))
+    calls = []
+    original = model.generate
+    model.generate = lambda *args, **kwargs: calls.append(kwargs) or original(*args, **kwargs)
+    try:
+        with pytest.raises(ValueError, match=f"^{name} must be"):
+            translate(SENTENCES, model, letter_tokenizer, **argument)
+        with pytest.raises(ValueError, match=f"^{name} must be"):
+            translator(SENTENCES, **argument)
+    finally:
+        del model.generate
+    assert calls == []
+
+
+def test_translate_refuses_several_translations_per_sentence(model, letter_tokenizer) -> None:
+    with pytest.raises(ValueError, match="num_return_sequences"):
+        translate(SENTENCES, model, letter_tokenizer, num_beams=2, num_return_sequences=2)
