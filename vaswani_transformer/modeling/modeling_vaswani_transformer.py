@@ -185,8 +185,7 @@ class VaswaniTransformerAttention(nn.Module):
 
     def _attention_function(self, query: torch.Tensor, weights_wanted: bool) -> Callable:
         """The configured kernel (transformers' attention interface), or the eager path where the fast path
-        prefers it or the call asks for the attention weights (`output_attentions`), which only it computes: sdpa
-        and flash attention return none, and transformers would return empty tuples with a log line."""
+        prefers it or the call wants the weights (`output_attentions`), which sdpa and flash attention never give."""
         implementation = self.config._attn_implementation
         if weights_wanted or prefers_eager_attention(query, implementation, self.config.fast_path):
             return eager_attention_forward
@@ -314,11 +313,9 @@ class VaswaniTransformerPreTrainedModel(RemoteCodeSavingMixin, PreTrainedModel):
     _can_compile_fullgraph = True  # the decoding step traces as one graph (tested), as CUDA graphs need
 
     def mark_tied_weights_as_initialized(self, loading_info: Any) -> None:
-        """transformers' marking of tied weights as loaded, less the decoder's name for the shared table.
-
-        transformers marks each tied target as loaded (its source will overwrite it). The decoder's table is the
-        encoder's very parameter (one module, see `VaswaniTransformerModel`), so marking it would mark the source
-        too, and a checkpoint without the table would leave it on the meta device, uninitialised and unreported."""
+        """transformers' marking of tied targets as loaded, less the decoder's table: it is the encoder's very
+        parameter (see `VaswaniTransformerModel`), so marking it would leave a checkpoint without it on the meta
+        device, uninitialised and unreported."""
         declared = self.all_tied_weights_keys
         self.all_tied_weights_keys = {
             target: source
@@ -510,8 +507,7 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
     """Encoder and decoder; the source and target embeddings are one shared BPE table (§3.4)."""
 
-    # One table (see __init__), declared as transformers' tied weights so that its checks and loading know the
-    # decoder's name for it; saved once, under the encoder's name.
+    # One table (see __init__) under two names, declared so transformers' checks know it; saved once.
     _tied_weights_keys = {"decoder.embed_tokens.weight": "encoder.embed_tokens.weight"}
     _keys_to_ignore_on_save = {"decoder.embed_tokens.weight"}
 
@@ -519,8 +515,7 @@ class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
         super().__init__(config)
         self.encoder = VaswaniTransformerEncoder(config)
         self.decoder = VaswaniTransformerDecoder(config)
-        # The decoder embeds with the encoder's module itself, not a copy tied by weight, so FSDP sees one module
-        # holding the table.
+        # The decoder embeds with the encoder's module itself, so FSDP sees one module holding the table.
         self.decoder.embed_tokens = self.encoder.embed_tokens
         self.post_init()
 
@@ -593,8 +588,7 @@ class VaswaniTransformerForConditionalGeneration(
         self.generation_config.update(num_beams=4, length_penalty=0.6, early_stopping=True)
 
     def save_pretrained(self, save_directory: Any, *args: Any, **kwargs: Any) -> None:
-        """As saved before, with the decoding settings as generation reads them
-        (`settings_as_generation_reads_them`)."""
+        """As saved before, with the decoding settings as generation reads them (not transformers' fallbacks)."""
         with self.settings_as_generation_reads_them():
             super().save_pretrained(save_directory, *args, **kwargs)
 
