@@ -24,11 +24,18 @@ the peak of its precision (MFU).
 --ctranslate2: our model exported to CTranslate2, float and int8 weights, one thread per core (intra_threads 1,
 inter_threads = cores, batches split across them: twice the throughput of all threads on one batch on 2 cores).
 Figures: sentences/s, output tokens/s, single-sentence latency (batch 1), peak GPU memory; medians of --repeats.
+--first_line (with --model): only the seconds from starting `vaswani-translate MODEL` on a 100,000-line standard
+input (the test sentences over and over) to its first translated line, start-up and loading included (target: 5 s),
+and the same for a one-line input (start-up, loading and one sentence).
 """
 
 import argparse
 import math
+import subprocess
+import sys
 import tempfile
+import threading
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -412,6 +419,34 @@ def trained_model_run(args: argparse.Namespace) -> None:
     print(ratios_line(seconds))
 
 
+def seconds_to_first_line(model: str, sources: list[str], lines: int, device: str) -> float:
+    """Seconds from starting `vaswani-translate MODEL` on `lines` lines of standard input (`sources` over and over)
+    to its first translated line. A thread writes the input, as a pipe's writer would: the command reads it a
+    buffer at a time."""
+    command = [sys.executable, "-m", "vaswani_transformer.cli.translate", model, "--device", device]
+    text = "".join(f"{sources[i % len(sources)]}\n" for i in range(lines)).encode()
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    assert process.stdin is not None and process.stdout is not None
+
+    def feed() -> None:
+        try:
+            process.stdin.write(text)
+            process.stdin.close()
+        except (BrokenPipeError, ValueError):  # the command was ended once it had answered
+            pass
+
+    threading.Thread(target=feed, daemon=True).start()
+    try:
+        process.stdout.readline()
+        return time.perf_counter() - start
+    finally:
+        process.kill()
+        process.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -453,6 +488,11 @@ def main() -> None:
     parser.add_argument(
         "--int8_alternatives", action="store_true", help="with --model: also torch.ao's quantize_dynamic"
     )
+    parser.add_argument(
+        "--first_line",
+        action="store_true",
+        help="with --model: only the time to vaswani-translate's first line on a 100,000-line standard input",
+    )
     args = parser.parse_args()
     if args.batch is None:
         args.batch = BATCH_SIZE if args.model else 16
@@ -460,6 +500,8 @@ def main() -> None:
         parser.error(
             "--compile times the fixed-length run only: a file's batches have many shapes to compile"
         )
+    if args.first_line and not args.model:
+        parser.error("--first_line times vaswani-translate on a trained --model")
     if args.onnx and not args.model:
         parser.error("--onnx times a trained --model's export")
     if (args.source or args.references or args.references_tokenized) and not args.model:
@@ -469,7 +511,15 @@ def main() -> None:
     print(
         f"device {args.device}, dtype {args.dtype}, torch {torch.__version__}, threads {torch.get_num_threads()}"
     )
-    if args.model:
+    if args.first_line:
+        sources = test_set(args).sources
+        seconds = seconds_to_first_line(args.model, sources, 100_000, args.device)
+        alone = seconds_to_first_line(args.model, sources, 1, args.device)  # start-up, loading, one sentence
+        print(
+            f"vaswani-translate: the first of 100,000 lines translated after {seconds:.1f} s (target: 5 s); "
+            f"a one-line input's after {alone:.1f} s"
+        )
+    elif args.model:
         trained_model_run(args)
     else:
         fixed_length_runs(args, print_peaks(args.device))

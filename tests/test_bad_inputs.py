@@ -590,7 +590,32 @@ ALL_OR_NOTHING_CASES: dict[str, Case] = {  # writability checked before long wor
         setup=lambda ws: read_only(ws, "locked"),
     ),
 }
-STREAMING_CASES: dict[str, Case] = {}  # vaswani-translate and vaswani-evaluate's decoding
+# Files are read through before the model loads, though they are translated buffer by buffer afterwards.
+LATE_LATIN1 = "".join(f"Sentence {n}.\n" for n in range(1, 6)).encode() + "Caf\u00e9.\n".encode("latin-1")
+STREAMING_CASES: dict[str, Case] = {  # vaswani-translate and vaswani-evaluate's decoding
+    "translate buffer 0": Case(
+        "translate", lambda ws: [ws.model, "--buffer_lines", "0"], "--buffer_lines must be at least 1, got 0"
+    ),
+    "translate latin-1 past the first buffer": Case(
+        "translate",
+        lambda ws: [ws.model, "--buffer_lines", "2", sources(ws, LATE_LATIN1)],
+        "test.en is not UTF-8 text (byte 0xe9 on line 6)",
+    ),
+    "translate latin-1 in a later file": Case(
+        "translate",
+        lambda ws: [ws.model, sources(ws), ws.write("later.en", LATE_LATIN1), "--buffer_lines", "1"],
+        "later.en is not UTF-8 text (byte 0xe9 on line 6)",
+    ),
+    "evaluate latin-1 source past the first buffer": Case(
+        "evaluate",
+        lambda ws: [
+            ws.model,
+            *("--source", sources(ws, LATE_LATIN1), "--references", ws.write("test.de", b"Satz.\n" * 6)),
+            *("--name", "x", "--batch_size", "1"),
+        ],
+        "test.en is not UTF-8 text (byte 0xe9 on line 6)",
+    ),
+}
 
 
 def train_on_tsv(content: str) -> Callable[[Workspace], list[str]]:

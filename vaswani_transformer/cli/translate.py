@@ -6,6 +6,9 @@ Blank lines stay blank, so the output has exactly one line per input line (lines
 holds for every engine: PyTorch (default; --quantize int8 for dynamic int8 linear layers on a CPU), the model's
 ONNX export in ONNX Runtime (--engine onnxruntime, exported once and cached; float32 on the CPU, the same search),
 or its CTranslate2 export (--engine ctranslate2, converted once and cached; --quantize int8 is its fast CPU path).
+Input is translated as it is read, a buffer of --buffer_lines lines at a time: each buffer's translations are
+written (and flushed) before the next buffer is read, so they start at once and memory does not grow with the
+input; --buffer_lines 1 translates each line as soon as it ends (typing).
 
     echo "Where is the train station?" | vaswani-translate runs/tatoeba-en-de/final
     vaswani-translate runs/tatoeba-en-de/final input.en > output.de
@@ -13,19 +16,22 @@ or its CTranslate2 export (--engine ctranslate2, converted once and cached; --qu
     vaswani-translate you/tatoeba-en-de --num_beams 1 --device cuda --dtype bfloat16 < input.en
 
 Exit status: 0 when every line is translated, 2 for bad options or input, a missing model, or a batch that
-would not fit in memory (found before it decodes).
+would not fit in memory (found before it decodes). Files are checked whole before the model loads; standard input
+only as it is read, so a line of it that is not UTF-8 (or a later buffer that would not fit in memory) ends the
+command with 2 after the earlier buffers' translations were written: the message says how many lines those are.
 """
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import closing
 from pathlib import Path
 
-from ..data.corpora import decode_text, read_text_lines, split_lines
-from ..engines.load import load_engine, translate_lines
+from ..data.corpora import split_lines, stream_text_lines
+from ..engines.load import load_engine
 from ..engines.options import EngineOptions
+from ..evaluation.streaming import BUFFER_BATCHES, default_buffer_lines, translate_in_buffers
 from ..files import check_input_file
-from ..modeling.pipeline_vaswani_transformer import DecodingBudgetError
 from .command import command
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
@@ -38,42 +44,85 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
     parser.add_argument("model", help="trained model folder (e.g. runs/tatoeba-en-de/final) or Hub id")
     parser.add_argument("files", nargs="*", type=Path, help="input files (default: standard input)")
     add_decoding_arguments(parser)
+    parser.add_argument(
+        "--buffer_lines",
+        "--buffer-lines",
+        type=int,
+        help=f"lines read and decoded together (sorted by length) before their translations are written "
+        f"(default: {BUFFER_BATCHES} batches: {default_buffer_lines(None):,} lines at the default --batch_size); "
+        "1 translates each line as soon as it ends",
+    )
     args = parser.parse_intermixed_args(argv)  # files may follow options: MODEL --num_beams 1 FILE
+    if args.buffer_lines is not None and args.buffer_lines < 1:
+        parser.error(f"--buffer_lines must be at least 1, got {args.buffer_lines}")
     for path in args.files:
         try:
             check_input_file(path)
         except OSError as error:
             parser.error(str(error))
+    if not args.files and sys.stdin is None:
+        parser.error("standard input is closed: give input files, or pipe the text in")
     return args, engine_options(parser, args)
 
 
-def read_stdin_lines() -> list[str]:
-    """The lines of standard input, read as bytes so that input that is not UTF-8 is a ValueError naming it."""
-    stdin_bytes = getattr(sys.stdin, "buffer", None)
-    return split_lines(decode_text(stdin_bytes.read(), "standard input") if stdin_bytes else sys.stdin.read())
+def input_lines(files: Sequence[Path]) -> Iterator[str]:
+    """The lines of `files`, one file after another, or of standard input, each read only when it is wanted;
+    read as bytes, so that a line that is not UTF-8 is a ValueError naming it."""
+    for path in files:
+        with path.open("rb") as stream:
+            yield from stream_text_lines(stream, str(path))
+    if not files:
+        stdin_bytes = getattr(sys.stdin, "buffer", None)
+        # a text stream put in place of standard input has no bytes to check: its text is taken whole
+        yield from (
+            stream_text_lines(stdin_bytes, "standard input") if stdin_bytes else split_lines(sys.stdin.read())
+        )
+
+
+def write_lines(lines: Sequence[str]) -> None:
+    """Lines on standard output, flushed: a pipe's reader gets a buffer's translations now, not when 8 KiB gather."""
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    sys.stdout.flush()
+
+
+def written_before(count: int) -> str:
+    """What an error after the first translations adds: how much of the output is there."""
+    return f" The translations of the first {count:,} line(s) were written before it." if count else ""
 
 
 @command
 def main(argv: Sequence[str] | None = None) -> int:
-    """Read, translate, write; returns the exit status (2 for bad arguments or input, or a missing model)."""
+    """Read, translate, write, a buffer at a time; returns the exit status (2 for bad arguments or input, or a
+    missing model)."""
     args, options = parse_args(argv)
     try:
-        # files before the model loads, so that bad input fails at once; standard input after it, as it is typed
-        lines = [line for path in args.files for line in read_text_lines(path)]
+        # files are read through before the model loads, so that bad input fails at once and progress has a total
+        total = sum(1 for _ in input_lines(args.files)) if args.files else None
         engine = load_engine(args.model, options)
-        lines = lines if args.files else read_stdin_lines()
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    buffers = translate_in_buffers(
+        input_lines(args.files),
+        engine,
+        buffer_lines=args.buffer_lines,
+        batch_size=args.batch_size,
+        total=total,
+        show_progress=True,
+        **generate_overrides(args),
+    )
+    written = 0
     try:
-        translations = translate_lines(
-            lines, engine, batch_size=args.batch_size, show_progress=True, **generate_overrides(args)
-        )
-    except DecodingBudgetError as error:  # found before the first batch decodes
-        print(f"error: {error}", file=sys.stderr)
+        # closed here, so that a signal while a buffer is written ends the progress line before "interrupted"
+        with closing(buffers):
+            for translations in buffers:
+                write_lines(translations)
+                written += len(translations)
+    except BrokenPipeError:  # the reader went away: `command` ends quietly
+        raise
+    except (OSError, ValueError) as error:  # input that is not UTF-8, a batch that would not fit in memory
+        print(f"error: {error}{written_before(written)}", file=sys.stderr)
         return 2
-    for translation in translations:
-        print(translation)
     return 0
 
 

@@ -67,6 +67,13 @@ def check_line_endings(head: bytes, name: str) -> None:
         )
 
 
+def _not_utf8(name: str, byte: int, line: int) -> ValueError:
+    return ValueError(
+        f"{name} is not UTF-8 text (byte 0x{byte:02x} on line {line:,}): convert it first, "
+        "e.g. with `iconv -f latin1 -t utf-8`."
+    )
+
+
 def decode_text(raw: bytes, name: str) -> str:
     r"""UTF-8 text (a leading BOM dropped) with "\n" or "\r\n" line endings; other bytes or "\r" endings are a
     ValueError naming `name` and the fix (for bytes: the line)."""
@@ -74,16 +81,26 @@ def decode_text(raw: bytes, name: str) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        line = raw[: error.start].count(b"\n") + 1
-        raise ValueError(
-            f"{name} is not UTF-8 text (byte 0x{raw[error.start]:02x} on line {line:,}): convert it first, "
-            "e.g. with `iconv -f latin1 -t utf-8`."
-        ) from None
+        raise _not_utf8(name, raw[error.start], raw[: error.start].count(b"\n") + 1) from None
 
 
 def read_text_lines(path: str | Path) -> list[str]:
     """Lines of a UTF-8 text file, split as `split_lines` does; not UTF-8: a ValueError naming the file."""
     return split_lines(decode_text(Path(path).read_bytes(), str(path)))
+
+
+def stream_text_lines(stream: BinaryIO, name: str) -> Iterator[str]:
+    """The lines of a UTF-8 byte stream, one at a time as they arrive (a pipe's line as soon as it ends), split as
+    `split_lines` splits; a line that is not UTF-8, or "\r" (old Mac) line endings, are a ValueError naming `name`,
+    raised only when the reader reaches them."""
+    for number, raw in enumerate(stream, start=1):
+        if number == 1:
+            check_line_endings(raw[:LINE_ENDING_HEAD], name)  # "\r" endings make the whole stream one line
+        try:
+            text = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a BOM can only start the stream
+        except UnicodeDecodeError as error:
+            raise _not_utf8(name, raw[error.start], number) from None
+        yield text.removesuffix("\n").removesuffix("\r")
 
 
 def _require_file(path: Path, expected: str) -> None:

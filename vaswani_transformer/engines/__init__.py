@@ -12,9 +12,10 @@
   |Y|^α, not the paper's GNMT ((5 + |Y|) / 6)^α, so beam search may choose differently on close calls.
 
 All translate in length-sorted batches, return one translation per input in input order, and report progress
-alike. `load_engine` (`load`) checks the options before loading anything (`options.check_engine_options`).
+alike; `translate_in_buffers` (`evaluation.streaming`) streams lines through any of them, a buffer at a time. `load_engine` (`load`) checks the options before loading anything (`options.check_engine_options`).
 """
 
+from ..evaluation.streaming import translate_in_buffers, translate_lines
 from .ctranslate2 import (
     CTRANSLATE2_EXTRA,
     CTranslate2Engine,
@@ -22,7 +23,7 @@ from .ctranslate2 import (
     cached_export,
     to_ctranslate2,
 )
-from .load import Engine, load_engine, translate_lines
+from .load import Engine, load_engine
 from .onnx_export import ONNX_EXTRA, cached_onnx_export, to_onnx
 from .onnx_runtime import load_onnx_model
 from .options import (
@@ -63,5 +64,6 @@ __all__ = [
     "to_ctranslate2",
     "to_onnx",
     "torch_device",
+    "translate_in_buffers",
     "translate_lines",
 ]

@@ -14,7 +14,7 @@ sizes and hashes proves it whole before each reuse.
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -305,9 +305,11 @@ class CTranslate2Translator:
         *,
         batch_size: int = BATCH_SIZE,
         show_progress: bool = False,
+        on_batch: Callable[[int], object] | None = None,
         **overrides: Any,
     ) -> list[str]:
-        """Translations of `texts` in input order; `overrides` are `translate_batch` options (beam_size=1 …).
+        """Translations of `texts` in input order; `overrides` are `translate_batch` options (beam_size=1 …);
+        `on_batch` is called with each decoded batch's sentence count.
 
         Batches are sorted by length as `translate` sorts them, each limited to its longest source + the offset
         (§6.1); all are queued at once, so that CTranslate2's `inter_threads` decode several in parallel.
@@ -336,6 +338,8 @@ class CTranslate2Translator:
                 for index, result in zip(batch, results, strict=True):
                     outputs[index] = result.result().hypotheses[0]
                 progress.update()
+                if on_batch is not None:
+                    on_batch(len(batch))
         ids = [self.tokenizer.convert_tokens_to_ids(tokens) for tokens in outputs]
         return [text.strip() for text in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
 
@@ -355,6 +359,7 @@ class CTranslate2Engine:
         *,
         batch_size: int | None = None,
         show_progress: bool = False,
+        on_batch: Callable[[int], object] | None = None,
         **overrides: Any,
     ) -> list[str]:
         """Translations of `texts` in input order (`batch_size` None: `BATCH_SIZE`); `overrides` as for PyTorch
@@ -363,6 +368,7 @@ class CTranslate2Engine:
             texts,
             batch_size=BATCH_SIZE if batch_size is None else batch_size,
             show_progress=show_progress,
+            on_batch=on_batch,
             **self._options(overrides),
         )
 

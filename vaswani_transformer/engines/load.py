@@ -1,9 +1,7 @@
-"""`load_engine`: the engine `EngineOptions` name, loaded for a saved model folder or Hub id; `translate_lines`:
-translating a file's lines with it, blank lines kept."""
+"""`load_engine`: the engine `EngineOptions` name, loaded for a saved model folder or Hub id (translating lines
+with it, blank lines kept, buffer by buffer: `evaluation.streaming`)."""
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -57,13 +55,3 @@ def _load_ctranslate2(model: str | Path, options: EngineOptions) -> CTranslate2E
     compute_type = ctranslate2_compute_type(options.quantize, options.dtype, device)
     translator = CTranslate2Translator(folder, device=device, device_index=index, compute_type=compute_type)
     return CTranslate2Engine(translator, options.quantize)
-
-
-def translate_lines(lines: Sequence[str], engine: Engine, **options: Any) -> list[str]:
-    """Translations of the non-blank lines, with blank lines kept blank, in input order (one per line)."""
-    filled = [index for index, line in enumerate(lines) if line.strip()]
-    translations = engine.translate([lines[index] for index in filled], **options)
-    output = [""] * len(lines)
-    for index, translation in zip(filled, translations, strict=True):
-        output[index] = translation
-    return output

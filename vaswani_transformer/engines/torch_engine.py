@@ -2,7 +2,7 @@
 record of its decoding settings that scores.json and the model card keep."""
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -60,10 +60,12 @@ class TorchEngine:
         *,
         batch_size: int | None = None,
         show_progress: bool = False,
+        on_batch: Callable[[int], object] | None = None,
         **overrides: Any,
     ) -> list[str]:
         """Translations of `texts` in input order (`batch_size` None: `translate`'s default, which fits the memory);
-        `overrides` are generate() keywords (num_beams=1 …)."""
+        `on_batch` is called with each decoded batch's sentence count; `overrides` are generate() keywords
+        (num_beams=1 …)."""
         return translate(
             texts,
             self.model,
@@ -71,6 +73,7 @@ class TorchEngine:
             batch_size=batch_size,
             show_progress=show_progress,
             dtype=self.dtype,
+            on_batch=on_batch,
             **overrides,
         )
 

@@ -1,7 +1,8 @@
 """BLEU of a model's translations: translate with an engine, score against references, write the files.
 
 `translate_and_score` and `evaluate_model` take any engine (`engines.load_engine`: PyTorch, ONNX Runtime,
-CTranslate2) through the small interface `Engine` names; the scores record the engine's decoding settings.
+CTranslate2) through the small interface `Engine` names, and translate in buffers (`streaming`); the scores record
+the engine's decoding settings.
 """
 
 import json
@@ -15,21 +16,14 @@ from transformers import PreTrainedTokenizerBase
 from ..data.tokenization import lowercases
 from ..files import check_writable, file_written_whole
 from .bleu import moses_tokenize, sacre_bleu, tokenized_bleu
+from .streaming import Translator, translate_in_buffers
 
 
-class Engine(Protocol):
-    """What scoring needs of a decoding engine (`engines.TorchEngine` and its peers)."""
+class Engine(Translator, Protocol):
+    """What scoring needs of a decoding engine (`engines.TorchEngine` and its peers): `Translator`'s translate,
+    its tokenizer and its decoding record."""
 
     tokenizer: PreTrainedTokenizerBase
-
-    def translate(
-        self,
-        texts: Sequence[str],
-        *,
-        batch_size: int | None = None,
-        show_progress: bool = False,
-        **overrides: Any,
-    ) -> list[str]: ...
 
     def decoding_settings(self, **overrides: Any) -> dict[str, Any]: ...
 
@@ -80,11 +74,18 @@ def translate_and_score(
     **generate_overrides: Any,
 ) -> tuple[list[str], dict]:
     """Translate `sources` with `engine` (an `engines.load_engine` engine, or `engines.TorchEngine` around a
-    loaded model: its decoding settings with overrides, in its precision) and score them against references
+    loaded model: its decoding settings with overrides, in its precision) buffer by buffer
+    (`streaming.translate_in_buffers`: blank sources stay blank) and score them against references
     (`score_with_tokenizer`), with the engine's decoding record as scores["decoding"]."""
-    hypotheses = engine.translate(
-        sources, batch_size=batch_size, show_progress=show_progress, **generate_overrides
+    buffers = translate_in_buffers(
+        sources,
+        engine,
+        batch_size=batch_size,
+        total=len(sources),
+        show_progress=show_progress,
+        **generate_overrides,
     )
+    hypotheses = [hypothesis for buffer in buffers for hypothesis in buffer]
     scores = score_with_tokenizer(
         hypotheses,
         references,

@@ -233,6 +233,7 @@ def translate(
     show_progress: bool = False,
     dtype: torch.dtype | None = None,
     workers: int | None = None,
+    on_batch: Callable[[int], object] | None = None,
     **generate_kwargs: Any,
 ) -> str | list[str]:
     """Translate `texts` and return the translations in input order (one string for one string).
@@ -247,7 +248,8 @@ def translate(
     hold `batch_size` sentences, by default `BATCH_SIZE` or fewer where a batch of the longest sources would not
     fit in memory (`batch_size_within_budget`); a batch that would not fit is refused before it decodes
     (`check_decoding_budget`). `workers` batches decode at once (`decoded_batches`; default `decoding_workers`: two
-    on a multi-core CPU, one when two would not fit in memory).
+    on a multi-core CPU, one when two would not fit in memory). `on_batch` is called with each decoded batch's
+    sentence count, as it finishes (a caller's own progress: `vaswani-translate` counts lines over many calls).
     """
     if isinstance(texts, str):
         return translate(
@@ -258,6 +260,7 @@ def translate(
             show_progress=show_progress,
             dtype=dtype,
             workers=workers,
+            on_batch=on_batch,
             **generate_kwargs,
         )[0]
     check_generate_arguments(generate_kwargs)
@@ -300,6 +303,8 @@ def translate(
                 for index, text in zip(batch, translations, strict=True):
                     results[sources[index]] = text
                 progress.update()
+                if on_batch is not None:
+                    on_batch(len(batch))
     finally:
         model.train(was_training)
     return results

@@ -1,0 +1,76 @@
+"""Translating lines in buffers of bounded size, as `vaswani-translate` and `vaswani-evaluate` do with every engine.
+
+A buffer of lines is read, decoded in length-sorted batches, and handed on in input order before the next one is
+read (as fairseq-interactive's --buffer-size and CTranslate2's translate_file read theirs): the first translations
+come out after one buffer, and memory does not grow with the input. Blank lines stay blank.
+"""
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
+
+from tqdm.auto import tqdm
+
+from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE
+
+# Batches per buffer by default: enough for the length sort to find similar lengths and for two decoding workers
+# (a CPU's) to stay busy, few enough that the first translations come out after a handful of batches.
+BUFFER_BATCHES = 8
+
+
+class Translator(Protocol):
+    """What streaming needs of a decoding engine (`engines.TorchEngine` and its peers)."""
+
+    def translate(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int | None = None,
+        show_progress: bool = False,
+        on_batch: Callable[[int], object] | None = None,
+        **overrides: Any,
+    ) -> list[str]: ...
+
+
+def default_buffer_lines(batch_size: int | None) -> int:
+    """Lines per buffer unless told: `BUFFER_BATCHES` batches of `batch_size` sentences (None: `BATCH_SIZE`)."""
+    return BUFFER_BATCHES * (batch_size or BATCH_SIZE)
+
+
+def translate_lines(lines: Sequence[str], engine: Translator, **options: Any) -> list[str]:
+    """Translations of the non-blank lines, with blank lines kept blank, in input order (one per line)."""
+    filled = [index for index, line in enumerate(lines) if line.strip()]
+    translations = engine.translate([lines[index] for index in filled], **options)
+    output = [""] * len(lines)
+    for index, translation in zip(filled, translations, strict=True):
+        output[index] = translation
+    return output
+
+
+def translate_in_buffers(
+    lines: Iterable[str],
+    engine: Translator,
+    *,
+    buffer_lines: int | None = None,
+    batch_size: int | None = None,
+    total: int | None = None,
+    show_progress: bool = False,
+    **overrides: Any,
+) -> Iterator[list[str]]:
+    """The translations of `lines` (`translate_lines`), one list per buffer of `buffer_lines` lines (None:
+    `default_buffer_lines`), in input order.
+
+    A buffer is taken from `lines` only once the one before has been handed on, so a lazy `lines` (standard input)
+    is read at most one buffer ahead of what the caller has. Each buffer's batches are checked against the free
+    memory before they decode (`translate`'s budget). Progress on standard error: lines done, of `total` if known.
+    """
+    size = default_buffer_lines(batch_size) if buffer_lines is None else buffer_lines
+    if size < 1:
+        raise ValueError(f"buffer_lines must be at least 1, got {size}.")
+    remaining = iter(lines)
+    with tqdm(total=total, desc="translating", unit=" lines", disable=not show_progress) as progress:
+        while buffer := list(itertools.islice(remaining, size)):
+            progress.update(sum(not line.strip() for line in buffer))  # blank lines are done at once
+            yield translate_lines(
+                buffer, engine, batch_size=batch_size, on_batch=progress.update, **overrides
+            )
