@@ -23,12 +23,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--d_model", "--d-model", type=int, default=512, help="model width (even)")
     parser.add_argument("--length", type=int, default=100, help="number of positions")
-    parser.add_argument("--output", type=Path, default=Path("positional_encoding.png"), help="PNG file")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=Path("positional_encoding.png"),
+        help="PNG file (never one of a model folder's files)",
+    )
     args = parser.parse_args(argv)
     if args.d_model < 2 or args.d_model % 2:
         parser.error(f"--d_model must be even and at least 2, got {args.d_model}")
     if args.length < 1:
         parser.error(f"--length must be at least 1, got {args.length}")
+    if args.output.is_file() and (args.output.parent / "config.json").is_file():  # a saved model's folder
+        parser.error(
+            f"--output {args.output} is a file of the model folder {args.output.parent}: choose a path apart from it"
+        )
     return args
 
 

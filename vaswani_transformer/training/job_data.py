@@ -36,7 +36,7 @@ from ..data.prepared import (
 )
 from ..data.token_arrays import FilterStats, TokenizedPairs, write_tokenized
 from ..data.tokenization import load_tokenizer, train_bpe
-from ..files import is_local_path
+from ..files import check_apart, is_local_path
 from .options import PATH_FIELDS, TrainOptions
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,18 @@ def check_data_inputs(options: TrainOptions) -> None:
         if value is not None and Path(value).expanduser().is_dir():
             raise ValueError(f"--{name} {value} is a folder: give the file inside it.")
     _check_text_pairs(options)
-    _check_data_cache(data_cache_folder(options))
+    cache = data_cache_folder(options)
+    _check_data_cache(cache)
+    check_apart("--data_cache", cache, corpus_files(options))
+
+
+def corpus_files(options: TrainOptions) -> dict[str, Path]:
+    """The job's corpus files on this machine (not Hub datasets), by the name an error gives them."""
+    return {
+        f"the --{name} file": Path(value)
+        for name in PATH_FIELDS
+        if (value := getattr(options, name)) is not None and is_local_path(value)
+    }
 
 
 def _check_data_cache(cache: Path) -> None:
