@@ -38,6 +38,7 @@ from .final_model import (
 from .job_data import load_corpora, prepare_training_data
 from .monitoring import (
     HealthCheck,
+    ResumedCadence,
     TrainingProgress,
     collapse_check_step,
     dev_metrics,
@@ -176,7 +177,7 @@ def _trainer_for(
     advice: str,
 ) -> TokenBudgetSeq2SeqTrainer:
     """The paper's recipe on Seq2SeqTrainer, with dev decoding, the health check and the progress lines."""
-    callbacks: list[TrainerCallback] = [TrainingProgress()]
+    callbacks: list[TrainerCallback] = [ResumedCadence(), TrainingProgress()]
     if options.health_checks:
         check_from = collapse_check_step(options.warmup_steps)
         logger.info(
