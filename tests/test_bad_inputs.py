@@ -578,6 +578,18 @@ OUTPUTS_APART_CASES: dict[str, Case] = {
         ],
         "is inside the --data_cache folder",
     ),
+    "evaluate source is its own output": Case(
+        "evaluate",
+        lambda ws: [
+            ws.model,
+            "--source",
+            f"{ws.model}/hypotheses.txt",
+            "--references",
+            sources(ws),
+            "--overwrite",
+        ],
+        "hypotheses.txt is a file this evaluation writes",
+    ),
     "prepare data cache around the corpus": Case(
         "prepare",
         lambda ws: [*ws.train_flags(), "--data_cache", str(ws.root / "corpus")],

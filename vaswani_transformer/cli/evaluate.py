@@ -80,9 +80,16 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
         if path is not None and not path.is_file():
             parser.error(f"{path}: no such file")
     try:
-        evaluation_prefix(args.name)
+        prefix = evaluation_prefix(args.name)
     except ValueError as error:
         parser.error(str(error))
+    written = {(args.model_dir / f"{prefix}{name}").resolve() for name in ("hypotheses.txt", "scores.json")}
+    for flag in ("source", "references", "references_tokenized"):
+        path = getattr(args, flag)
+        if path is not None and path.resolve() in written:  # an output never lands on an input
+            parser.error(
+                f"--{flag} {path} is a file this evaluation writes: copy it elsewhere first, or give --name another name"
+            )
     return args, engine_options(parser, args)
 
 
