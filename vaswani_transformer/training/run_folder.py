@@ -3,8 +3,8 @@
 A training holds its folder with an OS lock for as long as it runs; a folder that holds an earlier run is
 continued (--resume, with the settings its train_options.json records) or deleted first (--overwrite, which
 deletes only what a run writes); a folder that holds anything else (a saved model, the user's files) is refused,
-and so is one that is, holds or lies inside an input (a corpus file, the data cache). `resume_point` finds where --resume continues, setting aside a checkpoint whose save
-was killed.
+and so is one that is, holds or lies inside an input (a corpus file, the data cache). `resume_point` finds where
+--resume continues, setting aside a checkpoint whose save was killed.
 """
 
 import contextlib
@@ -36,9 +36,8 @@ RUN_FOLDER_PATTERNS = ("checkpoint-*", "incomplete-checkpoint-*")
 # The lock a training holds on its folder: never deleted (a new file would let a second training lock it while
 # the first still holds the old one), never counted as the folder's content.
 LOCK_FILE = ".vaswani-train.lock"
-MODEL_CONFIG = (
-    "config.json"  # at the top of a saved model's folder (a run's final/, checkpoint-N), never a run's
-)
+# At the top of a saved model's folder (a run's final/, its checkpoint-N), never at a run folder's.
+MODEL_CONFIG = "config.json"
 
 
 class RunFolderError(ValueError):
@@ -133,8 +132,8 @@ def check_output_dir(
     if (folder / MODEL_CONFIG).is_file():  # a run folder holds its models one level down, never at its top
         raise RunFolderError(
             f"--output_dir {folder} holds a saved model ({MODEL_CONFIG}), not a run: give a new folder for a "
-            "new run, or to --resume the run folder that made it (the one with train_options.json and "
-            "checkpoint-N)."
+            "new run; to continue the run that made the model, --resume its run folder (the one with "
+            f"{OPTIONS_FILE} and checkpoint-N)."
         )
     if folder.is_dir() and _content(folder):
         _check_what_it_holds(folder, resume=resume, overwrite=overwrite)
