@@ -6,6 +6,7 @@ replaces with `GENERATED[NAME](page_path)`:
 - `cli-reference`: each console command of pyproject.toml's [project.scripts], with its `--help`;
 - `exit-statuses`: what each command documents of its exit statuses;
 - `bad-input-cases`: the cases of tests/test_bad_inputs.py, by command, with the message each must print;
+- `resume-may-change`: the settings a `vaswani-train --resume` may change (training/options.py);
 - `results`: benchmarks/RESULTS.md itself.
 
 Files outside docs/ that the site shows (benchmarks/RESULTS.md as results.md, benchmarks/*.png at the site's
@@ -123,6 +124,15 @@ def bad_input_table() -> str:
     return "\n\n".join(parts)
 
 
+def resume_may_change() -> str:
+    """A table: the settings a --resume may change, with why (training/options.py's MAY_CHANGE_ON_RESUME)."""
+    from vaswani_transformer.training.options import MAY_CHANGE_ON_RESUME
+
+    rows = ["| may change on `--resume` | why |", "| --- | --- |"]
+    rows += [f"| `--{name}` | {why} |" for name, why in MAY_CHANGE_ON_RESUME.items()]
+    return "\n".join(rows)
+
+
 def results(page_path: str) -> str:
     return site_links(
         (REPO / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8"), page_path, "benchmarks"
@@ -133,6 +143,7 @@ GENERATED: dict[str, Callable[[str], str]] = {  # marker name → its markdown, 
     "cli-reference": lambda page_path: cli_reference(),
     "exit-statuses": lambda page_path: exit_statuses(),
     "bad-input-cases": lambda page_path: bad_input_table(),
+    "resume-may-change": lambda page_path: resume_may_change(),
     "results": results,
 }
 

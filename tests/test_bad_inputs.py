@@ -466,10 +466,172 @@ def prepare_into(cache: str) -> Callable[[Workspace], list[str]]:
     return arguments
 
 
+def resume_run(*flags: str) -> Callable[[Workspace], list[str]]:
+    """--resume of the workspace's run (the trained miniature: tatoeba, tiny, --vocab_size 400), flags on top."""
+    return lambda ws: ["--output_dir", ws.run, "--resume", *flags]
+
+
+def link_to_model(ws: Workspace) -> None:
+    (ws.root / "link").symlink_to(ws.model)
+
+
+def corpus_in_run(ws: Workspace) -> None:
+    """The corpus files kept in the run folder (the flags name them there)."""
+    for name, path in list(ws.files.items()):
+        ws.files[name] = ws.write(f"run/data/{Path(path).name}", Path(path).read_bytes())
+
+
 # Issue 50, one table per rule (each is merged into CASES below)
-OUTPUTS_APART_CASES: dict[
-    str, Case
-] = {}  # an output never lands on an input; --resume continues only its own run
+OUTPUTS_APART_CASES: dict[str, Case] = {
+    "export onto the model folder": Case("export", lambda ws: [ws.model, ws.model], "is the model folder"),
+    "export onto the model folder with overwrite": Case(
+        "export", lambda ws: [ws.model, ws.model, "--overwrite"], "is the model folder"
+    ),
+    "export inside the model folder": Case(
+        "export", lambda ws: [ws.model, f"{ws.model}/ct2"], "is inside the model folder"
+    ),
+    "export around the model folder": Case(
+        "export", lambda ws: [ws.model, str(ws.root), "--overwrite"], "contains the model folder"
+    ),
+    "export onto the model folder by a link": Case(
+        "export",
+        lambda ws: [ws.model, str(ws.root / "link"), "--overwrite"],
+        "is the model folder",
+        setup=link_to_model,
+    ),
+    "export-onnx onto the model folder": Case(
+        "export-onnx", lambda ws: [ws.model, ws.model, "--overwrite"], "is the model folder"
+    ),
+    "export-onnx inside the model folder": Case(
+        "export-onnx", lambda ws: [ws.model, f"{ws.model}/onnx"], "is inside the model folder"
+    ),
+    "average onto the model folder": Case(
+        "average",
+        lambda ws: [ws.run, "--last", "1", "--output", ws.model],
+        "holds a model the training job wrote (train_options.json",
+    ),
+    "average onto a checkpoint": Case(
+        "average",
+        lambda ws: [ws.run, "--last", "1", "--output", f"{ws.run}/checkpoint-60"],
+        "is the run's checkpoint-60",
+    ),
+    "average onto the run": Case(
+        "average", lambda ws: [ws.run, "--last", "1", "--output", ws.run], "is the run folder"
+    ),
+    "average into the run's vocabulary": Case(
+        "average",
+        lambda ws: [ws.run, "--last", "1", "--output", f"{ws.run}/tokenizer"],
+        "is the run's vocabulary",
+    ),
+    "push local dir inside the model folder": Case(
+        "push",
+        lambda ws: [ws.model, "--repo_id", "tester/x", "--local_dir", f"{ws.model}/hub"],
+        "is inside the model folder",
+    ),
+    "push local dir around the model folder": Case(
+        "push",
+        lambda ws: [ws.model, "--repo_id", "tester/x", "--local_dir", str(ws.root)],
+        "contains the model folder",
+    ),
+    "plot attention into the model folder": Case(
+        "plot-attention",
+        lambda ws: [ws.model, "I love you.", "--output_dir", ws.model],
+        "is the model folder",
+    ),
+    "plot positional encoding onto a model file": Case(
+        "plot-positional-encoding",
+        lambda ws: ["--output", f"{ws.model}/training_curve.png"],
+        "is a file of the model folder",
+    ),
+    "train into the model folder": Case(
+        "train",
+        lambda ws: [*ws.train_flags(), "--output_dir", ws.model],
+        "holds a saved model (config.json), not a run",
+    ),
+    "train resume the model folder": Case(
+        "train",
+        lambda ws: ["--output_dir", ws.model, "--resume"],
+        "holds a saved model (config.json), not a run",
+    ),
+    "train resume a folder of no run": Case(
+        "train",
+        lambda ws: [*ws.train_flags(), "--output_dir", str(ws.root / "corpus"), "--resume"],
+        "holds no run (train_options.json, tokenizer/, checkpoint-N)",
+    ),
+    "train resume another vocab_size": Case(
+        "train", resume_run("--vocab_size", "300"), "--resume --vocab_size 300: the run was made with 400"
+    ),
+    "train resume another preset": Case(
+        "train", resume_run("--preset", "small"), "--resume --preset small: the run was made with tiny"
+    ),
+    "train resume another max_length": Case(
+        "train", resume_run("--max_length", "64"), "--resume --max_length 64: the run was made with 128"
+    ),
+    "train resume another seed": Case(
+        "train", resume_run("--seed", "1"), "--resume --seed 1: the run was made with 0"
+    ),
+    "train resume another model": Case(
+        "train",
+        resume_run("--config_overrides", '{"d_model": 64}'),
+        '--resume --config_overrides {"d_model": 64}: the run was made with {',
+    ),
+    "train resume another corpus": Case(
+        "train",
+        lambda ws: [*ws.train_flags(), "--output_dir", ws.run, "--resume"],
+        "--resume --train_source ",
+    ),
+    "train resume a damaged record": Case(
+        "train",
+        resume_run(),
+        "train_options.json is damaged, not valid JSON",
+        setup=lambda ws: truncate(Path(ws.run) / "train_options.json"),
+    ),
+    "train resume checkpoints without a record": Case(
+        "train",
+        resume_run(),
+        "holds checkpoints but no train_options.json",
+        setup=lambda ws: (Path(ws.run) / "train_options.json").unlink(),
+    ),
+    "train resume around its data cache": Case(
+        "train",
+        lambda ws: ["--output_dir", ws.run, "--resume", "--data_cache", f"{ws.run}/cache"],
+        "contains the --data_cache folder",
+    ),
+    "train resume around its corpus": Case(
+        "train",
+        lambda ws: [*ws.train_flags(), "--output_dir", ws.run, "--resume"],
+        "contains the --train_source file",
+        setup=corpus_in_run,
+    ),
+    "train inside the data cache": Case(
+        "train",
+        lambda ws: [
+            *ws.train_flags(),
+            "--data_cache",
+            f"{ws.root}/cache",
+            "--output_dir",
+            f"{ws.root}/cache/run",
+        ],
+        "is inside the --data_cache folder",
+    ),
+    "evaluate source is its own output": Case(
+        "evaluate",
+        lambda ws: [
+            ws.model,
+            "--source",
+            f"{ws.model}/hypotheses.txt",
+            "--references",
+            sources(ws),
+            "--overwrite",
+        ],
+        "hypotheses.txt is a file this evaluation writes",
+    ),
+    "prepare data cache around the corpus": Case(
+        "prepare",
+        lambda ws: [*ws.train_flags(), "--data_cache", str(ws.root / "corpus")],
+        "contains the --train_source file",
+    ),
+}
 
 
 def engine_cache(engine: str, flag: str, under_a_file: bool) -> Callable[[Workspace], list[str]]:

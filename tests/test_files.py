@@ -10,7 +10,7 @@ import pytest
 
 from vaswani_transformer.data import load_parallel
 from vaswani_transformer.evaluation import check_model_name
-from vaswani_transformer.files import check_input_file, folder_written_whole, is_local_path
+from vaswani_transformer.files import check_apart, check_input_file, folder_written_whole, is_local_path
 
 
 @pytest.mark.parametrize(
@@ -63,6 +63,47 @@ def test_an_input_file_is_a_file(tmp_path: Path) -> None:
         check_input_file(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"missing\.en: no such file"):
         check_input_file(tmp_path / "missing.en")
+
+
+@pytest.mark.parametrize(
+    ("output", "relation"),
+    [("runs/final", "is"), ("link", "is"), ("runs/../runs/final/ct2", "is inside"), ("link/onnx", "is inside"),
+     ("runs", "contains"), (".", "contains")],
+)  # fmt: skip
+def test_an_output_is_kept_apart_from_its_inputs_however_it_is_spelt(
+    output: str, relation: str, tmp_path: Path, monkeypatch
+) -> None:
+    """Issue 50: `vaswani-export-ctranslate2 MODEL MODEL --overwrite` replaced the model's config.json. An output
+    that is, holds or lies inside an input is refused, paths compared resolved (a link, `..`), naming both."""
+    model = tmp_path / "runs" / "final"
+    model.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(model)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as refused:
+        check_apart("--output", output, {"the model folder": model, "the corpus": tmp_path / "train.en"})
+    assert str(refused.value) == (
+        f"--output {output} {relation} the model folder {model} (an input): choose a folder apart from it."
+    )
+
+
+def test_an_output_may_lie_where_its_command_documents_it(tmp_path: Path, monkeypatch) -> None:
+    """Beside an input is apart; inside or around one only where the command says so (vaswani-average's
+    RUN/averaged, pictures in a folder that holds the model folder); onto one never."""
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.chdir(tmp_path)
+    check_apart("--output", "averaged", {"the run folder": run})
+    check_apart("--output", "run/averaged", {"the run folder": run}, may_lie_inside={"the run folder"})
+    check_apart("--output_dir", ".", {"the run folder": run}, may_contain={"the run folder"})
+    check_apart("--output", "run", {"the run folder": None})  # not given, or a Hub id
+    with pytest.raises(ValueError, match="is the run folder"):
+        check_apart(
+            "--output",
+            "run",
+            {"the run folder": run},
+            may_lie_inside={"the run folder"},
+            may_contain={"the run folder"},
+        )
 
 
 def test_a_new_folder_appears_only_when_whole(tmp_path: Path) -> None:

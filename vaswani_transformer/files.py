@@ -1,5 +1,6 @@
-"""Files and names on this machine: whether a name is a local path or a Hub id, writes that never leave a
-partial file, content hashes, and cache entries that prove themselves (a manifest) before reuse.
+"""Files and names on this machine: whether a name is a local path or a Hub id, outputs kept apart from inputs,
+writes that never leave a partial file, content hashes, and cache entries that prove themselves (a manifest) before
+reuse.
 
 A name that means a local file or folder but does not exist is an error naming it, never a Hub request (which
 would fail later, offline or with a 404 about a repository the user never meant).
@@ -13,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,39 @@ def check_input_file(path: Path) -> None:
         raise IsADirectoryError(f"{path} is a folder: give a file inside it")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
+
+
+def check_apart(
+    flag: str,
+    output: str | Path,
+    inputs: Mapping[str, str | Path | None],
+    *,
+    may_lie_inside: Collection[str] = (),
+    may_contain: Collection[str] = (),
+) -> None:
+    """Refuse, before anything is written, an output that is, contains or lies inside one of a command's inputs:
+    ValueError "--output_dir X is inside the model folder M (an input): choose a folder apart from it".
+
+    `inputs` names each input ({"the model folder": path}; None for one not given or not on this machine). Paths
+    are compared resolved, links followed, so that no other spelling of a path gets past. `may_lie_inside` and
+    `may_contain` name the inputs a command is documented to write inside of (vaswani-average's RUN/averaged) or
+    around (pictures written to a folder that holds the model folder)."""
+    target = Path(output).expanduser().resolve()
+    for name, path in inputs.items():
+        if path is None:
+            continue
+        source = Path(path).expanduser().resolve()
+        if target == source:
+            relation = "is"
+        elif target.is_relative_to(source) and name not in may_lie_inside:
+            relation = "is inside"
+        elif source.is_relative_to(target) and name not in may_contain:
+            relation = "contains"
+        else:
+            continue
+        raise ValueError(
+            f"{flag} {output} {relation} {name} {path} (an input): choose a folder apart from it."
+        )
 
 
 def write_text_atomically(path: Path, text: str) -> None:

@@ -22,6 +22,7 @@ from vaswani_transformer.data.prepared import content_digest
 from vaswani_transformer.modeling import precision_vaswani_transformer as precision
 from vaswani_transformer.modeling.precision_vaswani_transformer import cpu_bf16_decodes_faster
 from vaswani_transformer.training import TrainOptions, check_inputs, final_model, job_data, train_and_evaluate
+from vaswani_transformer.training.options import MAY_CHANGE_ON_RESUME, option_names
 from vaswani_transformer.training.precision import RunPrecision, precision_name, run_precision
 from vaswani_transformer.training.run_folder import LOCK_FILE, PRECISION_FILE, RunFolderError
 
@@ -189,6 +190,40 @@ def test_resume_continues_from_the_last_checkpoint(shared_data: Path, tmp_path: 
     first_logged_step = min(entry["step"] for entry in state["log_history"] if "loss" in entry)
     assert first_logged_step == 2  # history carried over from the first run, not restarted
     assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_text() == vocabulary
+
+
+def test_a_resumed_run_continues_as_recorded_and_a_finished_one_trains_no_further_step(
+    tmp_path: Path, caplog
+) -> None:
+    """Issue 50: --resume of a finished run trained one step past --max_steps, and --resume took any flag (a
+    --vocab_size the model did not have went into its records). Flags left out take the run's recorded values;
+    those of MAY_CHANGE_ON_RESUME (here --logging_steps, --max_steps) may change; the record says what ran."""
+    from safetensors.torch import load_file
+
+    from vaswani_transformer.cli.train import main
+
+    flags = {f"--{name}": value for name, value in tatoeba_files(tmp_path, 150).items()}
+    arguments = [item for pair in flags.items() for item in pair]
+    arguments += ["--config_overrides", json.dumps(TINY), "--vocab_size", "300", "--max_tokens", "512"]
+    arguments += ["--max_steps", "4", "--warmup_steps", "2", "--save_steps", "2", "--average_last", "1"]
+    arguments += ["--logging_steps", "2", "--dev_size", "0", "--eval_steps", "0", "--num_beams", "1"]
+    run = tmp_path / "run"
+    assert main([*arguments, "--examples", "A dog.", "--output_dir", str(run)]) == 0
+    trained = load_file(run / "checkpoint-4" / "model.safetensors")
+    caplog.set_level("INFO")
+    assert main(["--output_dir", str(run), "--resume"]) == 0  # every other setting from train_options.json
+    assert sorted(path.name for path in run.glob("checkpoint-*")) == ["checkpoint-4"]
+    assert json.loads((run / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
+    assert f"--resume: {run / 'checkpoint-4'} is step 4 of 4: no more training" in caplog.messages
+    final = load_file(run / "final" / "model.safetensors")
+    assert final.keys() == trained.keys() and all(torch.equal(final[key], trained[key]) for key in final)
+    assert main(["--output_dir", str(run), "--resume", "--logging_steps", "1", "--max_steps", "6"]) == 0
+    state = json.loads((run / "checkpoint-6" / "trainer_state.json").read_text())
+    assert [entry["step"] for entry in state["log_history"] if "loss" in entry] == [2, 4, 5, 6]
+    for record in (run / "train_options.json", run / "final" / "train_options.json"):
+        recorded = json.loads(record.read_text())
+        assert (recorded["logging_steps"], recorded["max_steps"], recorded["vocab_size"]) == (1, 6, 300)
+    assert set(MAY_CHANGE_ON_RESUME) < option_names()
 
 
 # Each rank measures its CPU otherwise (rank 0 bf16 faster, rank 1 not) and says which precision it trains in.

@@ -90,9 +90,16 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
         except OSError as error:
             parser.error(str(error))
     try:
-        evaluation_prefix(args.name)
+        prefix = evaluation_prefix(args.name)
     except ValueError as error:
         parser.error(str(error))
+    written = {(args.model_dir / f"{prefix}{name}").resolve() for name in ("hypotheses.txt", "scores.json")}
+    for flag in ("source", "references", "references_tokenized"):
+        path = getattr(args, flag)
+        if path is not None and path.resolve() in written:  # an output never lands on an input
+            parser.error(
+                f"--{flag} {path} is a file this evaluation writes: copy it elsewhere first, or give --name another name"
+            )
     return args, engine_options(parser, args)
 
 

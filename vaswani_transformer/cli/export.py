@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..engines.ctranslate2 import MAX_EXPORT_POSITIONS, WEIGHT_TYPES, check_max_positions, to_ctranslate2
+from ..files import check_apart, is_local_path
 from .command import command
 
 
@@ -30,7 +31,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         prog="vaswani-export-ctranslate2", description=__doc__, formatter_class=formatter
     )
     parser.add_argument("model", help="trained model folder (with its tokenizer) or Hub id user/name")
-    parser.add_argument("output_dir", type=Path, help="folder for the CTranslate2 model (new or empty)")
+    parser.add_argument(
+        "output_dir", type=Path, help="folder for the CTranslate2 model (new or empty; apart from MODEL)"
+    )
     parser.add_argument(
         "--quantization",
         choices=WEIGHT_TYPES,
@@ -42,7 +45,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=1024,
         help=f"longest sentence in tokens, source and output (1024; at most {MAX_EXPORT_POSITIONS:,})",
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace what is in OUTPUT_DIR")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty OUTPUT_DIR: the export's files replace those of the same name, other files stay",
+    )
     args = parser.parse_args(argv)
     try:
         check_max_positions(args.max_positions, "--max_positions")
@@ -55,7 +62,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Export and print the output folder; exit status 2 for a refused output folder or model."""
     args = parse_args(argv)
+    model_folder = args.model if is_local_path(args.model) else None  # a Hub id: the Hub's cache
     try:
+        check_apart("OUTPUT_DIR", args.output_dir, {"the model folder": model_folder})
         output = to_ctranslate2(
             args.model,
             args.output_dir,

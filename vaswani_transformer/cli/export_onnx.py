@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..engines.onnx_export import to_onnx
+from ..files import check_apart, is_local_path
 from .command import command
 
 
@@ -30,7 +31,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         prog="vaswani-export-onnx", description=__doc__, formatter_class=formatter
     )
     parser.add_argument("model", help="trained model folder (with its tokenizer) or Hub id user/name")
-    parser.add_argument("output_dir", type=Path, help="folder for the ONNX export (new or empty)")
+    parser.add_argument(
+        "output_dir", type=Path, help="folder for the ONNX export (new or empty; apart from MODEL)"
+    )
     parser.add_argument(
         "--overwrite",
         action="store_true",
@@ -43,7 +46,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Export and print the output folder; exit status 2 for a refused output folder or model."""
     args = parse_args(argv)
+    model_folder = args.model if is_local_path(args.model) else None  # a Hub id: the Hub's cache
     try:
+        check_apart("OUTPUT_DIR", args.output_dir, {"the model folder": model_folder})
         output = to_onnx(args.model, args.output_dir, overwrite=args.overwrite)
     except (OSError, ValueError, ImportError) as error:  # a refused folder, a model that cannot be loaded
         print(f"vaswani-export-onnx: {error}", file=sys.stderr)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..evaluation.loading import load_for_decoding
-from ..files import WriteError, check_writable, write_failures_named
+from ..files import WriteError, check_apart, check_writable, is_local_path, write_failures_named
 from ..plotting import attention_maps, plot_attention
 from .command import command
 
@@ -41,7 +41,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--layer", type=int, default=-1, help="layer to draw, 1 = first, -1 = last")
     parser.add_argument("--kinds", nargs="+", choices=sorted(FILE_NAMES), default=["cross", "encoder"])
     parser.add_argument(
-        "--output_dir", "--output-dir", type=Path, default=Path("."), help="folder for the PNGs"
+        "--output_dir",
+        "--output-dir",
+        type=Path,
+        default=Path("."),
+        help="folder for the PNGs (not the model folder or one inside it)",
     )
     args = parser.parse_args(argv)
     if args.layer == 0:
@@ -53,7 +57,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Translate, record attention, draw; returns the exit status."""
     args = parse_args(argv)
-    try:
+    model_folder = args.model if is_local_path(args.model) else None  # a Hub id: the Hub's cache
+    try:  # pictures beside the model folder, never among its files
+        check_apart(
+            "--output_dir",
+            args.output_dir,
+            {"the model folder": model_folder},
+            may_contain={"the model folder"},
+        )
         check_writable(args.output_dir, "--output_dir")
         model, tokenizer = load_for_decoding(args.model, device="cpu")
     except (OSError, ValueError) as error:

@@ -38,7 +38,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--output",
         type=Path,
         default=Path("positional_encoding.png"),
-        help="the figure's file; its suffix is the format (.png, .pdf, .svg, …)",
+        help="the figure's file, never one of a model folder's; its suffix is the format (.png, .pdf, .svg, …)",
     )
     args = parser.parse_args(argv)
     if args.d_model < 2 or args.d_model % 2:
@@ -53,6 +53,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         check_figure_file(args.output)
     except ValueError as error:
         parser.error(f"--output {error}")
+    if args.output.is_file() and (args.output.parent / "config.json").is_file():  # a saved model's folder
+        parser.error(
+            f"--output {args.output} is a file of the model folder {args.output.parent}: choose a path apart from it"
+        )
     return args
 
 

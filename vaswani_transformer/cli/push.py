@@ -21,6 +21,7 @@ from pathlib import Path
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+from ..files import check_apart
 from ..hub import push_to_hub, write_hub_folder
 from .command import command
 
@@ -40,7 +41,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--local_dir",
         "--local-dir",
         type=Path,
-        help="write the files to this new folder instead of uploading",
+        help="write the files to this new folder (apart from MODEL_DIR) instead of uploading",
     )
     args = parser.parse_args(argv)
     try:
@@ -56,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         if args.local_dir is not None:
+            check_apart("--local_dir", args.local_dir, {"the model folder": args.model_dir})
             files = write_hub_folder(args.model_dir, args.local_dir, args.repo_id)
             print(f"wrote {len(files)} files to {args.local_dir}: {', '.join(path.name for path in files)}")
         else:

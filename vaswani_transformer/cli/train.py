@@ -40,9 +40,10 @@ from ..training.options import (
     applies_cuda_section,
     cuda_section_note,
     option_names,
+    recorded_settings,
 )
 from ..training.recipes import available_recipes, load_recipe
-from ..training.run_folder import OPTIONS_FILE, RunFolderError
+from ..training.run_folder import OPTIONS_FILE, RunFolderError, read_run_record
 from .command import Interrupted, command
 
 WRITE_FAILED = 5  # the exit status of a run that a full disk or read-only folder stopped
@@ -56,9 +57,10 @@ def parse_options(
     argv: Sequence[str] | None = None, prog: str = "vaswani-train", description: str | None = __doc__
 ) -> TrainOptions:
     """Options from the command line: the recipe's values (its cuda: section where it applies) as defaults,
-    given flags on top."""
+    given flags on top. With --resume, the run's recorded settings are the defaults instead (unless --recipe or
+    --cuda_section names another source than the run's): the flags given are then what is compared with them."""
     first = argparse.ArgumentParser(prog=prog, add_help=False)
-    first.add_argument("--recipe", default=DEFAULT_RECIPE)
+    first.add_argument("--recipe")
     first.add_argument("--cuda_section", "--cuda-section", type=string_to_bool, nargs="?", const=True)
     known = first.parse_known_args(argv)[0]
     cuda = applies_cuda_section(known.cuda_section)
@@ -67,10 +69,23 @@ def parse_options(
         f"recipes: {', '.join(available_recipes())} (vaswani_transformer/training/recipes/*.yaml; every "
         "default: defaults.yaml there)"
     )
-    recipe = load_recipe(known.recipe, allowed=option_names(), cuda=cuda)
-    parser.set_defaults(**recipe, recipe=known.recipe, cuda_section=cuda)
+    name = known.recipe or DEFAULT_RECIPE
+    recipe = load_recipe(name, allowed=option_names(), cuda=cuda)
+    parser.set_defaults(**recipe, recipe=name, cuda_section=cuda)
     (options,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
+    record = read_run_record(options.output_dir) if options.resume else None
+    if record is not None and _same_source(known, cuda, record):
+        parser.set_defaults(**recorded_settings(record))
+        (options,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
     return options
+
+
+def _same_source(known: argparse.Namespace, cuda: bool, record: dict) -> bool:
+    """Whether the run's record, rather than a recipe, gives the defaults of a --resume: no --recipe or
+    --cuda_section is given that names another than the run's."""
+    return known.recipe in (None, record.get("recipe")) and (
+        known.cuda_section is None or cuda == record.get("cuda_section")
+    )
 
 
 def _report(result) -> None:

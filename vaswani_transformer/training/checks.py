@@ -1,14 +1,18 @@
 """The checks a job passes before any long work: its corpora and data cache, its model config, sharing that can
-work, and a run folder that can take it. Every failure is an error naming the flag and the fix."""
+work, a run folder that can take it (apart from its inputs), and a --resume that continues the run as recorded.
+Every failure is an error naming the flag and the fix."""
+
+from pathlib import Path
 
 from huggingface_hub import get_token
 from huggingface_hub.utils import validate_repo_id
 from transformers.integrations import is_tensorboard_available
 
 from ..files import check_writable
-from .job_data import check_data_inputs
-from .options import TrainOptions
-from .run_folder import check_output_dir, is_main_process
+from .checkpoints import find_checkpoints
+from .job_data import check_data_inputs, corpus_files, data_cache_folder
+from .options import TrainOptions, changed_on_resume
+from .run_folder import OPTIONS_FILE, RunFolderError, check_output_dir, is_main_process, read_run_record
 
 
 def check_inputs(options: TrainOptions) -> None:
@@ -16,10 +20,39 @@ def check_inputs(options: TrainOptions) -> None:
     work, a run folder that cannot take this run, a data cache or run folder that cannot be written (WriteError)."""
     check_data_inputs(options)
     options.model_config()
-    _check_sharing(options)
     if is_main_process():  # other processes find the main process's files there
-        check_output_dir(options.output_dir, resume=options.resume, overwrite=options.overwrite)
-        check_writable(options.output_dir, "--output_dir")
+        folder = options.output_dir
+        check_output_dir(
+            folder, resume=options.resume, overwrite=options.overwrite, inputs=job_inputs(options)
+        )
+        check_writable(folder, "--output_dir")
+        if options.resume:
+            check_resume(options)
+    _check_sharing(options)
+
+
+def job_inputs(options: TrainOptions) -> dict[str, Path]:
+    """What the job reads, by the name an error gives it: its local corpus files and the data cache."""
+    return corpus_files(options) | {"the --data_cache folder": data_cache_folder(options)}
+
+
+def check_resume(options: TrainOptions) -> None:
+    """--resume continues the run in --output_dir as its train_options.json records it: every setting but those
+    that may change (`options.MAY_CHANGE_ON_RESUME`) as it was, or a RunFolderError naming each difference."""
+    folder = options.output_dir
+    record = read_run_record(folder)
+    if record is None:
+        if folder.is_dir() and find_checkpoints(folder):
+            raise RunFolderError(
+                f"--resume: {folder} holds checkpoints but no {OPTIONS_FILE} (the run's settings), so it cannot "
+                "be checked that they are this run's: start a new run with --overwrite or in another --output_dir."
+            )
+        return
+    if differences := changed_on_resume(options, record):
+        raise RunFolderError(
+            f"{'; '.join(differences)}. A run continues with the settings it was made with: leave those flags out "
+            f"(--resume takes them from {folder / OPTIONS_FILE}), or train a new run in another --output_dir."
+        )
 
 
 def _check_sharing(options: TrainOptions) -> None:

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, Seq2SeqTrainingArguments, TrainerCallback
+from transformers import (
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Seq2SeqTrainingArguments,
+    TrainerCallback,
+    TrainerState,
+)
 
 from ..data.token_arrays import TokenizedPairs, tokenize_pairs
 from ..files import write_failures_named
@@ -21,11 +27,13 @@ from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfi
 from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from ..plotting import plot_training_curve
 from .arguments import paper_training_arguments
+from .checkpoints import TRAINER_STATE_NAME
 from .checks import check_inputs
 from .final_model import evaluate_final_model, push_final_model, write_final_model, write_training_run
 from .job_data import load_corpora, prepare_training_data
 from .monitoring import (
     HealthCheck,
+    ResumedCadence,
     TrainingProgress,
     collapse_check_step,
     dev_metrics,
@@ -95,11 +103,21 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     )
     if is_main:
         write_options(options, options.output_dir)
+    checkpoint = resume_point(options.output_dir, options.resume, is_main)
+    finished = _finished_state(checkpoint, options.max_steps)
+    if finished is not None:  # its weights are the model's: "last" saves them, "best" knows its checkpoint
+        model = VaswaniTransformerForConditionalGeneration.from_pretrained(checkpoint)
     floor = unigram_loss(tokenized.target_counts(len(tokenizer)), config.label_smoothing)
     trainer = _trainer_for(options, args, model, tokenizer, tokenized, dev, floor, advice)
     started = time.perf_counter()
-    with only_progress_lines(), write_failures_named(options.output_dir, "--output_dir"):
-        trainer.train(resume_from_checkpoint=resume_point(options.output_dir, options.resume, is_main))
+    if finished is not None:
+        logger.info(
+            f"--resume: {checkpoint} is step {finished.global_step} of {options.max_steps}: no more training"
+        )
+        trainer.state = finished
+    else:
+        with only_progress_lines(), write_failures_named(options.output_dir, "--output_dir"):
+            trainer.train(resume_from_checkpoint=checkpoint)
     train_seconds = time.perf_counter() - started
     if not is_main:
         return None
@@ -113,6 +131,15 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     scores, dev_scores, examples = evaluate_final_model(options, model_dir, corpora, advice)
     hub_url = push_final_model(options, model_dir) if options.push_to_hub is not None else None
     return TrainResult(model_dir, scores, dev_scores, train_seconds, examples, hub_url)
+
+
+def _finished_state(checkpoint: str | None, max_steps: int) -> TrainerState | None:
+    """The Trainer's state at a resumed checkpoint that has done `max_steps` updates, else None. The Trainer would
+    train one more step from there: it checks for the end only after each step."""
+    if checkpoint is None:
+        return None
+    state = TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE_NAME))
+    return state if state.global_step >= max_steps else None
 
 
 def _training_arguments(options: TrainOptions, config: VaswaniTransformerConfig) -> Seq2SeqTrainingArguments:
@@ -146,7 +173,7 @@ def _trainer_for(
     advice: str,
 ) -> TokenBudgetSeq2SeqTrainer:
     """The paper's recipe on Seq2SeqTrainer, with dev decoding, the health check and the progress lines."""
-    callbacks: list[TrainerCallback] = [TrainingProgress()]
+    callbacks: list[TrainerCallback] = [ResumedCadence(), TrainingProgress()]
     if options.health_checks:
         check_from = collapse_check_step(options.warmup_steps)
         logger.info(

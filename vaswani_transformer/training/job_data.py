@@ -38,6 +38,7 @@ from ..data.prepared import (
 from ..data.token_arrays import FilterStats, TokenizedPairs, write_tokenized
 from ..data.tokenization import load_tokenizer, train_bpe
 from ..files import (
+    check_apart,
     check_cache_folder,
     check_writable,
     folder_written_whole,
@@ -45,6 +46,7 @@ from ..files import (
     write_failures_named,
 )
 from .options import PATH_FIELDS, TrainOptions
+from .run_folder import OPTIONS_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +88,16 @@ def check_data_inputs(options: TrainOptions) -> None:
             raise ValueError(f"--{name} {value} is a folder: give the file inside it.")
     _check_text_pairs(options)
     _check_data_cache(options)
+    check_apart("--data_cache", data_cache_folder(options), corpus_files(options))
+
+
+def corpus_files(options: TrainOptions) -> dict[str, Path]:
+    """The job's corpus files on this machine (not Hub datasets), by the name an error gives them."""
+    return {
+        f"the --{name} file": Path(value)
+        for name in PATH_FIELDS
+        if (value := getattr(options, name)) is not None and is_local_path(value)
+    }
 
 
 def _check_data_cache(options: TrainOptions) -> None:
@@ -243,10 +255,13 @@ def _tokenizer_for(
     corpus content and settings into the data cache, and (`for_run`) copied into the run folder by the main
     process.
 
-    Other processes (and `--resume`) load the run folder's, so every rank shares one vocabulary.
+    Other processes (and `--resume` of a run with its record) load the run folder's, so every rank shares one
+    vocabulary.
     """
     tokenizer_dir = options.output_dir / "tokenizer"
-    if for_run and tokenizer_dir.is_dir() and (options.resume or not is_main_process):
+    # a run resumes with its vocabulary once its record (checked against these options) says what made it
+    recorded = options.resume and (options.output_dir / OPTIONS_FILE).is_file()
+    if for_run and tokenizer_dir.is_dir() and (recorded or not is_main_process):
         return load_tokenizer(str(tokenizer_dir))
     settings = (corpus_digest, options.vocab_size, options.lowercase, options.bpe_max_pairs, options.seed)
     prepared = prepared_folder(data_cache_folder(options), "bpe", *settings)

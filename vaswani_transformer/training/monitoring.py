@@ -159,6 +159,14 @@ def _duration(seconds: float) -> str:
     return f"{minutes}:{seconds:02d}"
 
 
+class ResumedCadence(TrainerCallback):
+    """Logging and dev decoding every --logging_steps and --eval_steps of this command, which --resume may change:
+    the Trainer restores the checkpoint's cadence with its state (and warns that the arguments differ)."""
+
+    def on_train_begin(self, args, state: TrainerState, control, **kwargs) -> None:
+        state.compute_steps(args, state.max_steps)
+
+
 class TrainingProgress(TrainerCallback):
     """Logs one line per logging step: loss, learning rate, target tokens/s, last dev BLEU, time and ETA."""
 

@@ -10,7 +10,7 @@ import copy
 import difflib
 import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +42,30 @@ OWN_SETTINGS = {
     "dropout": "residual dropout is the setting --dropout (recipe key `dropout`)",
 }
 DEFAULTS = setting_defaults()
+# A run's train_options.json is its contract: --resume continues it only with the same value of every setting that
+# shapes the model, the data or the schedule. These, and only these, may change on --resume (why, for the docs).
+MAY_CHANGE_ON_RESUME = {
+    "resume": "the command itself",
+    "overwrite": "the command itself (the run may have begun with it; --resume never takes it)",
+    "output_dir": "the run's own folder, however its path is spelt",
+    "recipe": "where values come from; the values themselves are compared",
+    "cuda_section": "where values come from; the values themselves are compared",
+    "data_dir": "it only fills in the corpus paths, which are compared",
+    "data_cache": "where prepared data is kept; it is found there by content",
+    "max_steps": "a run continues to a larger --max_steps (eq. (3)'s schedule does not depend on it)",
+    "mixed_precision": "a precision named by flag replaces the recorded one, e.g. on another GPU; auto keeps it",
+    "torch_compile": "speed, not the numbers trained",
+    "logging_steps": "logging",
+    "report_to": "logging",
+    "health_checks": "monitoring",
+    "eval_steps": "dev decoding while training",
+    "eval_batch_size": "decoding speed",
+    "num_beams": "the final model's decoding, after training",
+    "length_penalty": "the final model's decoding, after training",
+    "examples": "sentences translated at the end",
+    "push_to_hub": "sharing, after training",
+    "hub_private": "sharing, after training",
+}
 
 
 class JsonDict(dict):
@@ -144,7 +168,12 @@ class TrainOptions:
         "health_checks", "stop on divergence or collapse (--no_health_checks trains on)"
     )
     seed: int = _setting("seed", "seed for initialisation, batches and held-out splits")
-    resume: bool = _setting("resume", "continue from the last checkpoint in --output_dir")
+    resume: bool = _setting(
+        "resume",
+        "continue the run in --output_dir from its last checkpoint, with the settings its train_options.json "
+        "records (flags left out take them from there; a flag given must equal it, but for "
+        f"{', '.join(sorted(set(MAY_CHANGE_ON_RESUME) - {'resume'}))})",
+    )
     overwrite: bool = _setting(
         "overwrite", "delete an earlier run in --output_dir first (else it needs --resume)"
     )
@@ -303,6 +332,32 @@ class TrainOptions:
             TypeError,
         ) as error:  # a value of the wrong type: huggingface_hub's check
             raise ValueError(f"--config_overrides: {error}") from error
+
+
+def changed_on_resume(options: TrainOptions, record: dict[str, Any]) -> list[str]:
+    """Each setting of `options` that differs from a run's record (its train_options.json, as `asdict` wrote it)
+    and may not change on --resume, said as "--resume --vocab_size 400: the run was made with 300". A setting the
+    record lacks (written by an older version) cannot be compared and is left out."""
+    given = json.loads(json.dumps(asdict(options), default=str))  # the record's own spelling of each value
+    return [
+        f"--resume --{name} {_shown(given[name])}: the run was made with {_shown(record[name])}"
+        for name in given
+        if name not in MAY_CHANGE_ON_RESUME and name in record and given[name] != record[name]
+    ]
+
+
+def _shown(value: Any) -> str:
+    """A setting's value as a flag takes it."""
+    if value is None:
+        return "none"
+    return json.dumps(value) if isinstance(value, dict | list) else str(value)
+
+
+def recorded_settings(record: dict[str, Any]) -> dict[str, Any]:
+    """A run's record as the defaults of a --resume: every setting it holds, but the command's own and the folder
+    (which may have moved since)."""
+    own = {"resume", "overwrite", "output_dir"}
+    return {name: value for name, value in record.items() if name in option_names() - own}
 
 
 def option_names() -> set[str]:

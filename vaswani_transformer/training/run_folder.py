@@ -1,9 +1,10 @@
-"""The run folder (--output_dir): one run at a time, one run per folder.
+"""The run folder (--output_dir): one run at a time, one run per folder, apart from the job's inputs.
 
 A training holds its folder with an OS lock for as long as it runs; a folder that holds an earlier run is
-continued (--resume) or deleted first (--overwrite, which deletes only what a run writes); a folder that holds
-anything else is refused. `resume_point` finds where --resume continues, setting aside a checkpoint whose save
-was killed.
+continued (--resume, with the settings its train_options.json records) or deleted first (--overwrite, which
+deletes only what a run writes); a folder that holds anything else (a saved model, the user's files) is refused,
+and so is one that is, holds or lies inside an input (a corpus file, the data cache). `resume_point` finds where
+--resume continues, setting aside a checkpoint whose save was killed.
 """
 
 import contextlib
@@ -11,7 +12,7 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from fnmatch import fnmatch
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from ..files import write_text_atomically
+from ..files import check_apart, write_text_atomically
 from .checkpoints import whole_checkpoints
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ RUN_FOLDER_PATTERNS = ("checkpoint-*", "incomplete-checkpoint-*", ".final.partia
 # The lock a training holds on its folder: never deleted (a new file would let a second training lock it while
 # the first still holds the old one), never counted as the folder's content.
 LOCK_FILE = ".vaswani-train.lock"
+# At the top of a saved model's folder (a run's final/, its checkpoint-N), never at a run folder's.
+MODEL_CONFIG = "config.json"
 
 
 class RunFolderError(ValueError):
@@ -119,11 +122,37 @@ def delete_earlier_run(folder: Path) -> None:
             path.unlink()
 
 
-def check_output_dir(folder: Path, *, resume: bool, overwrite: bool) -> None:
-    """A run folder belongs to one run: an earlier run's checkpoints must never be averaged into this one."""
+def check_output_dir(
+    folder: Path, *, resume: bool, overwrite: bool, inputs: Mapping[str, Path | None] | None = None
+) -> None:
+    """A run folder belongs to one run: an earlier run's checkpoints must never be averaged into this one, no
+    saved model or other folder is trained into, and the run's files never land on `inputs` (named as
+    `files.check_apart` names them)."""
     if folder.exists() and not folder.is_dir():
         raise RunFolderError(f"--output_dir {folder} is a file: give a folder (new, empty, or a run's).")
-    if resume or not folder.is_dir() or not _content(folder):
+    if (folder / MODEL_CONFIG).is_file():  # a run folder holds its models one level down, never at its top
+        raise RunFolderError(
+            f"--output_dir {folder} holds a saved model ({MODEL_CONFIG}), not a run: give a new folder for a "
+            "new run; to continue the run that made the model, --resume its run folder (the one with "
+            f"{OPTIONS_FILE} and checkpoint-N)."
+        )
+    if folder.is_dir() and _content(folder):
+        _check_what_it_holds(folder, resume=resume, overwrite=overwrite)
+    try:  # last: what a folder holds says best what is wrong with it (the user's files, another run)
+        check_apart("--output_dir", folder, inputs or {})
+    except ValueError as error:
+        raise RunFolderError(str(error)) from None
+
+
+def _check_what_it_holds(folder: Path, *, resume: bool, overwrite: bool) -> None:
+    """A folder that holds something takes this run only when it holds a run: one to continue (--resume), or one
+    to delete (--overwrite) that holds nothing else."""
+    if resume:
+        if not _is_run_folder(folder):
+            raise RunFolderError(
+                f"--resume: --output_dir {folder} holds no run ({OPTIONS_FILE}, tokenizer/, checkpoint-N): give "
+                "the folder of the run to continue, or a new one."
+            )
         return
     if not _is_run_folder(folder):
         raise RunFolderError(
@@ -158,6 +187,26 @@ def resume_point(folder: Path, resume: bool, is_main: bool) -> str | None:
         return None
     logger.info(f"--resume: continuing from {whole[-1].name}")
     return str(whole[-1])
+
+
+def read_run_record(folder: Path) -> dict[str, Any] | None:
+    """The settings a run folder's train_options.json records; None when it has none. RunFolderError for a
+    record that cannot be read (a hand edit, a disk fault), naming it."""
+    record = folder / OPTIONS_FILE
+    if not record.is_file():
+        return None
+    try:
+        settings = json.loads(record.read_text(encoding="utf-8"))
+    except ValueError as error:  # not JSON, or not UTF-8
+        problem = f"is damaged, not valid JSON ({error})"
+    else:
+        if isinstance(settings, dict):
+            return settings
+        problem = "is not a run's record (a JSON object of settings)"
+    raise RunFolderError(
+        f"{record} {problem}: --resume cannot check the run's settings against it. Start a new run with "
+        "--overwrite or in another --output_dir."
+    )
 
 
 def write_options(options: Any, folder: Path) -> None:
