@@ -144,10 +144,13 @@ def contents(folder: Path) -> dict[str, bytes]:
 def test_averaging_into_a_scored_folder_past_the_size_limit_leaves_it_as_it_was(
     trained_run, scored_model: Path, tmp_path: Path
 ) -> None:
-    """The averaged weights do not fit: the folder keeps its weights and the scores that measured them."""
+    """The averaged weights do not fit into an earlier, scored average: the folder keeps its weights and the
+    scores that measured them. (A model folder the training job wrote, with its train_options.json, is refused
+    before any work: OUTPUTS_APART_CASES.)"""
     run = shutil.copytree(
         trained_run.output_dir, tmp_path / "run", ignore=shutil.ignore_patterns("final", "runs")
     )
+    (scored_model / "train_options.json").unlink()  # an average carries no training record
     before = contents(scored_model)
     done = run_command(
         "average", [str(run), "--last", "2", "--output", str(scored_model)], tmp_path, file_limit=1 << 16
