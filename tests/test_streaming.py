@@ -169,12 +169,12 @@ def test_scoring_translates_buffer_by_buffer(random_folder: Path, monkeypatch: p
     monkeypatch.setattr(
         engine, "translate", lambda texts, **options: calls.append(len(texts)) or translate(texts, **options)
     )
-    monkeypatch.setattr(streaming, "BUFFER_BATCHES", 2)  # buffers of two batches of one sentence (as above)
+    monkeypatch.setattr(streaming, "BUFFER_BATCHES", 2)  # one batch of one sentence, then buffers of two
     sources = [*SENTENCES, "", SENTENCES[0]]
     hypotheses, scores = translate_and_score(
         engine, sources, sources, target_lang="de", batch_size=1, num_beams=2
     )
-    assert calls == [2, 2, 1, 1]  # the blank line is never decoded
+    assert calls == [1, 2, 2, 1]  # the blank line is never decoded
     monkeypatch.setattr(engine, "translate", translate)
     assert hypotheses == translate_lines(sources, engine, batch_size=1, num_beams=2) and hypotheses[5] == ""
     assert scores["num_sentences"] == 7

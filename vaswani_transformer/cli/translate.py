@@ -49,7 +49,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
         "--buffer-lines",
         type=int,
         help=f"lines read and decoded together (sorted by length) before their translations are written "
-        f"(default: {BUFFER_BATCHES} batches: {default_buffer_lines(None):,} lines at the default --batch_size); "
+        f"(default: one batch first, then {BUFFER_BATCHES} batches: {default_buffer_lines(None):,} lines at the "
+        "default --batch_size); "
         "1 translates each line as soon as it ends",
     )
     args = parser.parse_intermixed_args(argv)  # files may follow options: MODEL --num_beams 1 FILE

@@ -14,7 +14,8 @@ from tqdm.auto import tqdm
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE
 
 # Batches per buffer by default: enough for the length sort to find similar lengths and for two decoding workers
-# (a CPU's) to stay busy, few enough that the first translations come out after a handful of batches.
+# (a CPU's) to stay busy, few enough that memory stays small. The first buffer is one batch, so that the first
+# translations come out as soon as one batch has decoded.
 BUFFER_BATCHES = 8
 
 
@@ -37,6 +38,15 @@ def default_buffer_lines(batch_size: int | None) -> int:
     return BUFFER_BATCHES * (batch_size or BATCH_SIZE)
 
 
+def buffer_sizes(buffer_lines: int | None, batch_size: int | None) -> Iterator[int]:
+    """Lines in each buffer: `buffer_lines` each when given; else one batch first, then `default_buffer_lines`."""
+    if buffer_lines is not None:
+        if buffer_lines < 1:
+            raise ValueError(f"buffer_lines must be at least 1, got {buffer_lines}.")
+        return itertools.repeat(buffer_lines)
+    return itertools.chain([batch_size or BATCH_SIZE], itertools.repeat(default_buffer_lines(batch_size)))
+
+
 def translate_lines(lines: Sequence[str], engine: Translator, **options: Any) -> list[str]:
     """Translations of the non-blank lines, with blank lines kept blank, in input order (one per line)."""
     filled = [index for index, line in enumerate(lines) if line.strip()]
@@ -57,19 +67,17 @@ def translate_in_buffers(
     show_progress: bool = False,
     **overrides: Any,
 ) -> Iterator[list[str]]:
-    """The translations of `lines` (`translate_lines`), one list per buffer of `buffer_lines` lines (None:
-    `default_buffer_lines`), in input order.
+    """The translations of `lines` (`translate_lines`), one list per buffer of `buffer_lines` lines (None: one
+    batch, then `default_buffer_lines`), in input order.
 
     A buffer is taken from `lines` only once the one before has been handed on, so a lazy `lines` (standard input)
     is read at most one buffer ahead of what the caller has. Each buffer's batches are checked against the free
     memory before they decode (`translate`'s budget). Progress on standard error: lines done, of `total` if known.
     """
-    size = default_buffer_lines(batch_size) if buffer_lines is None else buffer_lines
-    if size < 1:
-        raise ValueError(f"buffer_lines must be at least 1, got {size}.")
+    sizes = buffer_sizes(buffer_lines, batch_size)
     remaining = iter(lines)
     with tqdm(total=total, desc="translating", unit=" lines", disable=not show_progress) as progress:
-        while buffer := list(itertools.islice(remaining, size)):
+        while buffer := list(itertools.islice(remaining, next(sizes))):
             progress.update(sum(not line.strip() for line in buffer))  # blank lines are done at once
             yield translate_lines(
                 buffer, engine, batch_size=batch_size, on_batch=progress.update, **overrides
