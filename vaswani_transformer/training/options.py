@@ -52,6 +52,7 @@ MAY_CHANGE_ON_RESUME = {
     "cuda_section": "where values come from; the values themselves are compared",
     "data_dir": "it only fills in the corpus paths, which are compared",
     "data_cache": "where prepared data is kept; it is found there by content",
+    "verify_cache": "how much of the prepared data is read to check it; the data is the same",
     "max_steps": "a run continues to a larger --max_steps (eq. (3)'s schedule does not depend on it)",
     "mixed_precision": "a precision named by flag replaces the recorded one, e.g. on another GPU; auto keeps it",
     "torch_compile": "speed, not the numbers trained",
