@@ -63,7 +63,10 @@ def test_ctranslate2_engine_translates_as_the_export_and_keeps_blank_lines(
     text = "\n".join([SENTENCES[0], "", *SENTENCES[1:3], "  ", *SENTENCES[3:]]) + "\n"
     cache = tmp_path / "cache"
     engine = ["--engine", "ctranslate2", "--ctranslate2_cache", str(cache), "--batch_size", "2"]
-    engine += ["--buffer_lines", "100"]  # one buffer, so the batches are the export's own (not the first's one)
+    engine += [
+        "--buffer_lines",
+        "100",
+    ]  # one buffer, so the batches are the export's own (not the first's one)
     lines, err = run_translate(monkeypatch, capsys, text, str(model_dir), *engine)
     assert lines == [expected[0], "", *expected[1:3], "", *expected[3:]]
     assert "translating" in err  # progress on standard error, as with PyTorch
