@@ -802,6 +802,12 @@ def translate_with(*flags: str) -> Callable[[Workspace], list[str]]:
 # every value checked for what it is; inputs are what they say
 VALUE_CASES: dict[str, Case] = {
     # numbers: finite, and within what the code computes with
+    "train time budget 0": Case(
+        "train", train_with("--max_train_minutes", "0"), "--max_train_minutes must be positive, got 0.0"
+    ),
+    "train time budget inf": Case(
+        "train", train_with("--max_train_minutes", "inf"), "--max_train_minutes inf: give a finite number"
+    ),
     "translate length_penalty nan": Case(
         "translate",
         translate_with("--length_penalty", "nan"),

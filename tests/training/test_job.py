@@ -214,7 +214,11 @@ def test_a_resumed_run_continues_as_recorded_and_a_finished_one_trains_no_furthe
     assert main(["--output_dir", str(run), "--resume"]) == 0  # every other setting from train_options.json
     assert sorted(path.name for path in run.glob("checkpoint-*")) == ["checkpoint-4"]
     assert json.loads((run / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
-    assert f"--resume: {run / 'checkpoint-4'} is step 4 of 4: no more training" in caplog.messages
+    assert any(
+        message.startswith(f"--resume: {run / 'checkpoint-4'} is step 4 of 4, after ")
+        and message.endswith("min of training: no more training")
+        for message in caplog.messages
+    )
     final = load_file(run / "final" / "model.safetensors")
     assert final.keys() == trained.keys() and all(torch.equal(final[key], trained[key]) for key in final)
     assert main(["--output_dir", str(run), "--resume", "--logging_steps", "1", "--max_steps", "6"]) == 0
@@ -626,3 +630,43 @@ def test_a_hand_edited_precision_record_stops_resume_with_the_fix(
     assert "delete the file" in str(stopped.value) and record.read_text(encoding="utf-8") == text
     named = decided_precision(replace(options, mixed_precision="no"), True)
     assert named == RunPrecision("no", "--mixed_precision no")  # the flag's way out works
+
+
+def test_a_time_budget_ends_training_with_a_checkpoint_and_resume_keeps_what_is_left(
+    tmp_path: Path, caplog
+) -> None:
+    """Issue 51: --max_train_minutes ends training on time, whatever the machine's speed (fairseq's
+    --stop-time-hours): the step that reaches the budget saves a checkpoint and is averaged into the final model;
+    the seconds trained are recorded, a resume with no time left trains no further step, and a larger budget
+    goes on from the same step."""
+    from vaswani_transformer.cli.train import main
+    from vaswani_transformer.training.monitoring import TRAINED_SECONDS
+
+    flags = {f"--{name}": value for name, value in tatoeba_files(tmp_path, 150).items()}
+    arguments = [item for pair in flags.items() for item in pair]
+    arguments += ["--config_overrides", json.dumps(TINY), "--vocab_size", "300", "--max_tokens", "512"]
+    arguments += ["--max_steps", "100000", "--warmup_steps", "2", "--save_steps", "100000"]
+    arguments += ["--average_last", "1", "--dev_size", "0", "--eval_steps", "0", "--num_beams", "1"]
+    arguments += ["--no_health_checks"]  # a few steps at a high rate: the check is not what this tests
+    run = tmp_path / "run"
+    assert (
+        main([*arguments, "--max_train_minutes", "0.01", "--examples", "A dog.", "--output_dir", str(run)])
+        == 0
+    )
+    (checkpoint,) = run.glob("checkpoint-*")  # only the one the budget saved: save_steps is never reached
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    steps = state["global_step"]
+    assert 0 < steps < 100000 and checkpoint.name == f"checkpoint-{steps}"
+    assert 0.6 <= state["stateful_callbacks"][TRAINED_SECONDS] < 60
+    assert (run / "final" / "model.safetensors").is_file()
+    caplog.set_level("INFO")
+    assert main(["--output_dir", str(run), "--resume"]) == 0  # no time left: no step
+    assert [path.name for path in run.glob("checkpoint-*")] == [checkpoint.name]
+    assert any("no more training" in message for message in caplog.messages)
+    assert main(["--output_dir", str(run), "--resume", "--max_train_minutes", "0.02"]) == 0
+    later = json.loads((run / f"checkpoint-{max_step(run)}" / "trainer_state.json").read_text())
+    assert later["global_step"] > steps and later["stateful_callbacks"][TRAINED_SECONDS] >= 1.2
+
+
+def max_step(run: Path) -> int:
+    return max(int(path.name.split("-")[1]) for path in run.glob("checkpoint-*"))

@@ -35,10 +35,12 @@ from .monitoring import (
     HealthCheck,
     ResumedCadence,
     TrainingProgress,
+    TrainingTimeBudget,
     collapse_check_step,
     dev_metrics,
     failure_advice,
     only_progress_lines,
+    trained_seconds,
     unigram_loss,
 )
 from .options import TrainOptions
@@ -104,7 +106,7 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     if is_main:
         write_options(options, options.output_dir)
     checkpoint = resume_point(options.output_dir, options.resume, is_main)
-    finished = _finished_state(checkpoint, options.max_steps)
+    finished = _finished_state(checkpoint, options.max_steps, options.max_train_minutes)
     if finished is not None:  # its weights are the model's: "last" saves them, "best" knows its checkpoint
         model = VaswaniTransformerForConditionalGeneration.from_pretrained(checkpoint)
     floor = unigram_loss(tokenized.target_counts(len(tokenizer)), config.label_smoothing)
@@ -112,7 +114,8 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     started = time.perf_counter()
     if finished is not None:
         logger.info(
-            f"--resume: {checkpoint} is step {finished.global_step} of {options.max_steps}: no more training"
+            f"--resume: {checkpoint} is step {finished.global_step} of {options.max_steps}, after "
+            f"{trained_seconds(finished) / 60:.1f} min of training: no more training"
         )
         trainer.state = finished
     else:
@@ -133,13 +136,14 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     return TrainResult(model_dir, scores, dev_scores, train_seconds, examples, hub_url)
 
 
-def _finished_state(checkpoint: str | None, max_steps: int) -> TrainerState | None:
-    """The Trainer's state at a resumed checkpoint that has done `max_steps` updates, else None. The Trainer would
-    train one more step from there: it checks for the end only after each step."""
+def _finished_state(checkpoint: str | None, max_steps: int, max_minutes: float | None) -> TrainerState | None:
+    """The Trainer's state at a resumed checkpoint that has done `max_steps` updates or trained `max_minutes`,
+    else None. The Trainer would train one more step from there: it checks for the end only after each step."""
     if checkpoint is None:
         return None
     state = TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE_NAME))
-    return state if state.global_step >= max_steps else None
+    out_of_time = max_minutes is not None and trained_seconds(state) >= max_minutes * 60
+    return state if state.global_step >= max_steps or out_of_time else None
 
 
 def _training_arguments(options: TrainOptions, config: VaswaniTransformerConfig) -> Seq2SeqTrainingArguments:
@@ -173,7 +177,11 @@ def _trainer_for(
     advice: str,
 ) -> TokenBudgetSeq2SeqTrainer:
     """The paper's recipe on Seq2SeqTrainer, with dev decoding, the health check and the progress lines."""
-    callbacks: list[TrainerCallback] = [ResumedCadence(), TrainingProgress()]
+    callbacks: list[TrainerCallback] = [
+        ResumedCadence(),
+        TrainingTimeBudget(options.max_train_minutes),
+        TrainingProgress(),
+    ]
     if options.health_checks:
         check_from = collapse_check_step(options.warmup_steps)
         logger.info(

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import torch
+import torch.distributed as dist
 from transformers import (
     EvalPrediction,
     PreTrainedTokenizerBase,
@@ -165,6 +167,45 @@ class ResumedCadence(TrainerCallback):
 
     def on_train_begin(self, args, state: TrainerState, control, **kwargs) -> None:
         state.compute_steps(args, state.max_steps)
+
+
+TRAINED_SECONDS = "vaswani_trained_seconds"  # the run's training time so far, kept in trainer_state.json
+
+
+def trained_seconds(state: TrainerState) -> float:
+    """Seconds the run has trained up to `state`, over all its sessions (0 for a checkpoint without the record)."""
+    return float(state.stateful_callbacks.get(TRAINED_SECONDS, 0.0))
+
+
+class TrainingTimeBudget(TrainerCallback):
+    """Ends training once `minutes` of it have passed, counted over every session of the run (fairseq's
+    --stop-time-hours); None: no budget, only the count. The step that reaches the budget is the last and saves a
+    checkpoint, so stopping on time is a normal end: the final model averages the last checkpoints, and --resume
+    goes on with what is left (the seconds trained so far go into every checkpoint's trainer_state.json). All
+    processes of a multi-process run stop at the same step: the main process's clock decides."""
+
+    def __init__(self, minutes: float | None) -> None:
+        self.budget = None if minutes is None else minutes * 60
+        self.before = 0.0  # trained in earlier sessions of the run
+        self.started = time.perf_counter()
+
+    def on_train_begin(self, args, state: TrainerState, control, **kwargs) -> None:
+        self.before = trained_seconds(state)
+        self.started = time.perf_counter()
+
+    def on_step_end(self, args, state: TrainerState, control, **kwargs) -> None:
+        state.stateful_callbacks[TRAINED_SECONDS] = self.before + time.perf_counter() - self.started
+        if self.budget is not None and _main_process_says(trained_seconds(state) >= self.budget, args.device):
+            control.should_training_stop = control.should_save = True
+
+
+def _main_process_says(decision: bool, device: torch.device) -> bool:
+    """The main process's `decision`, in every process (the same decision alone, when there is one process)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return decision
+    flag = torch.tensor([float(decision)], device=device)
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
 
 
 class TrainingProgress(TrainerCallback):

@@ -54,6 +54,7 @@ MAY_CHANGE_ON_RESUME = {
     "data_cache": "where prepared data is kept; it is found there by content",
     "verify_cache": "how much of the prepared data is read to check it; the data is the same",
     "max_steps": "a run continues to a larger --max_steps (eq. (3)'s schedule does not depend on it)",
+    "max_train_minutes": "like --max_steps, when training ends: a run continues within a larger budget",
     "mixed_precision": "a precision named by flag replaces the recorded one, e.g. on another GPU; auto keeps it",
     "torch_compile": "speed, not the numbers trained",
     "logging_steps": "logging",
@@ -156,6 +157,12 @@ class TrainOptions:
         "compile the model with torch.compile (GPUs; the first batches of each shape compile)",
     )
     max_steps: int = _setting("max_steps", "optimiser updates")
+    max_train_minutes: float | None = _setting(
+        "max_train_minutes",
+        "end training after this many minutes of it, over every session of the run, or at --max_steps if that "
+        "comes first (fairseq's --stop-time-hours); the step that reaches it saves a checkpoint, so stopping on "
+        "time is a normal end; none: --max_steps alone",
+    )
     warmup_steps: int = _setting("warmup_steps", "warm-up steps of eq. (3)")
     lr_scale: float = _setting("lr_scale", "multiplies eq. (3); 1 is the paper's learning rate")
     save_steps: int = _setting("save_steps", "checkpoint interval")
@@ -229,6 +236,8 @@ class TrainOptions:
             if isinstance(value := getattr(self, option.name), float):
                 check_finite(f"--{option.name}", value)
         check_length_penalty("--length_penalty", self.length_penalty)
+        if self.max_train_minutes is not None and self.max_train_minutes <= 0:
+            raise ValueError(f"--max_train_minutes must be positive, got {self.max_train_minutes}.")
         at_least = {
             "vocab_size": 1,
             "max_length": 1,
