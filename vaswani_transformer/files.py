@@ -103,12 +103,16 @@ class WriteError(OSError):
     fix; what was being written has been removed."""
 
 
+def nearest_existing(path: Path) -> Path:
+    """`path` if it exists, else its nearest parent that does (where it would be made)."""
+    return next(candidate for candidate in (path, *path.parents) if candidate.exists())
+
+
 def describe_write_failure(error: OSError, path: Path, choose: str) -> str:
     """What went wrong while writing `path`, with the free space there and the fix: "no space left on device while
     writing X (12 MB free there): free space or choose another --output"."""
     reason = WRITE_FAILURES.get(error.errno or 0, error.strerror or str(error))
-    existing = next(parent for parent in (path, *path.parents) if parent.exists())
-    free_mb = shutil.disk_usage(existing).free // 2**20
+    free_mb = shutil.disk_usage(nearest_existing(path)).free // 2**20
     return f"{reason} while writing {path} ({free_mb:,} MB free there): free space or choose another {choose}"
 
 
@@ -116,25 +120,23 @@ def describe_write_failure(error: OSError, path: Path, choose: str) -> str:
 def folder_written_whole(final: Path, choose: str) -> Iterator[Path]:
     """A temporary sibling of `final` to write into, moved into place when the block ends: renamed to `final` when
     there is none yet, else its files replace `final`'s of the same name one by one (files the writer does not
-    write stay). On any failure, an interrupt included, the temporary is removed and `final` is as it was; an
-    OSError of the machine becomes a WriteError naming `final` and `choose` (the flag that picks another place)."""
+    write stay). On any failure, an interrupt included, the temporary is removed and `final` is as it was; the
+    machine's refusal (`write_failures_named`, Rust-backed writers' included) becomes a WriteError naming `final`
+    and `choose` (the flag that picks another place)."""
     temporary = final.with_name(f".{final.name}.partial-{os.getpid()}")
     shutil.rmtree(temporary, ignore_errors=True)
     try:
-        temporary.mkdir(parents=True)
-        yield temporary
-        if final.exists():
-            for written in sorted(temporary.rglob("*")):
-                if written.is_file():
-                    target = final / written.relative_to(temporary)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(written, target)
-        else:
-            os.rename(temporary, final)
-    except OSError as error:
-        if isinstance(error, WriteError) or error.errno not in WRITE_FAILURES:
-            raise
-        raise WriteError(describe_write_failure(error, final, choose)) from error
+        with write_failures_named(final, choose):
+            temporary.mkdir(parents=True)
+            yield temporary
+            if final.exists():
+                for written in sorted(temporary.rglob("*")):
+                    if written.is_file():
+                        target = final / written.relative_to(temporary)
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        os.replace(written, target)
+            else:
+                os.rename(temporary, final)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
 
@@ -219,8 +221,8 @@ def process_is_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, but another user's
+        pass
     return True
 
 
@@ -241,7 +243,7 @@ def check_cache_folder(flag: str, cache: Path) -> None:
     flag)."""
     if cache.exists() and not cache.is_dir():
         raise ValueError(f"{flag} {cache} is a file: give a folder (it is made if missing).")
-    existing = next(path for path in (cache, *cache.parents) if path.exists())
+    existing = nearest_existing(cache)
     if not existing.is_dir():
         raise ValueError(f"{flag} {cache} cannot be made: {existing} is a file. Give a folder.")
 
@@ -308,7 +310,7 @@ def check_writable(path: Path, choose: str) -> None:
     read-only mount). A file to be replaced is written beside; a path under a file is left to the caller's own
     check."""
     path = Path(path)
-    existing = next(folder for folder in (path, *path.parents) if folder.exists())
+    existing = nearest_existing(path)
     if existing == path and path.is_file():
         existing = path.parent
     if not existing.is_dir():

@@ -11,7 +11,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..files import is_local_path
+from ..files import is_local_path, read_json
 
 
 def check_model_name(name: str | Path) -> str:
@@ -41,10 +41,7 @@ SAVE_AGAIN = "save the model and tokenizer again (save_pretrained) or copy the f
 def _check_json_file(path: Path) -> None:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; a saved model folder holds it ({SAVE_AGAIN}).")
-    try:
-        json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} is damaged, not valid JSON ({error}): {SAVE_AGAIN}.") from None
+    read_json(path, SAVE_AGAIN)
 
 
 def _weight_files(folder: Path) -> list[Path]:

@@ -10,10 +10,9 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ..files import folder_written_whole, machine_write_failure
+from ..files import folder_written_whole
 
 WEIGHTS_NAME = "model.safetensors"
 
@@ -169,14 +168,9 @@ def _copy_model_files(source_dir: Path, output_dir: Path) -> None:
 
 
 def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """Write safetensors weights with the permissions of any new file; a full disk or read-only folder is an
-    OSError (safetensors raises its own error, with the OS error in its text)."""
-    try:
-        save_file(tensors, path, metadata={"format": "pt"})
-    except SafetensorError as error:
-        if (failure := machine_write_failure(error)) is None:
-            raise
-        raise failure from error
+    """Write safetensors weights with the permissions of any new file (a full disk or read-only folder: its
+    callers write inside `files.folder_written_whole`, which names the folder)."""
+    save_file(tensors, path, metadata={"format": "pt"})
     with_usual_permissions(path)
 
 
@@ -201,10 +195,10 @@ def average_checkpoints(checkpoint_dirs: Sequence[Path], output_dir: Path, choos
         raise ValueError(f"output_dir {output_dir} must not be one of the averaged checkpoints")
     with folder_written_whole(output_dir, choose) as temporary:
         write_average(checkpoint_dirs, temporary)
-        if output_dir.is_dir():
-            drop_scores(
-                output_dir
-            )  # they describe the weights about to be replaced; last, once all is written
+        if (
+            output_dir.is_dir()
+        ):  # its scores describe the weights about to be replaced; last, once all is written
+            drop_scores(output_dir)
     return output_dir
 
 

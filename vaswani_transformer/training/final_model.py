@@ -15,7 +15,7 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerB
 from ..engines.torch_engine import TorchEngine
 from ..evaluation.loading import load_for_decoding
 from ..evaluation.scoring import translate_and_score, write_scores
-from ..files import folder_written_whole, write_failures_named, write_text_atomically
+from ..files import folder_written_whole, write_text_atomically
 from ..hub import push_to_hub
 from ..modeling.pipeline_vaswani_transformer import translate
 from .checkpoints import drop_scores, whole_checkpoints, write_average
@@ -59,10 +59,7 @@ def write_final_model(
     sibling and moved into place whole. An earlier final model's scores go, since they measured other weights.
     A full disk or read-only folder is a WriteError naming the folder (nothing of the new model is left)."""
     final_dir = options.output_dir / "final"
-    with (
-        folder_written_whole(final_dir, "--output_dir") as building,
-        write_failures_named(final_dir, "--output_dir"),  # safetensors' and tokenizers' own errors, too
-    ):
+    with folder_written_whole(final_dir, "--output_dir") as building:
         build_final_model(options, trainer, building)
         tokenizer.save_pretrained(building)
         write_options(options, building)

@@ -270,10 +270,7 @@ def _tokenizer_for(
         logger.info(f"joint BPE: reused {prepared}")
     tokenizer = load_tokenizer(str(prepared))
     if for_run:
-        with (
-            folder_written_whole(tokenizer_dir, "--output_dir") as temporary,
-            write_failures_named(tokenizer_dir, "--output_dir"),  # tokenizers' own error, too
-        ):
+        with folder_written_whole(tokenizer_dir, "--output_dir") as temporary:
             tokenizer.save_pretrained(temporary)
     if len(tokenizer) > options.vocab_size:
         logger.warning(
