@@ -221,7 +221,7 @@ def _training_text(trained: TrainedModel, description: str) -> str:
         return "Not recorded: the folder has no train_options.json (vaswani-train writes one)."
     lines = [
         f"- Data: {description}",
-        f"- Recipe `{options.get('recipe') or 'custom'}`: {options['max_steps']:,} updates of batches of about "
+        f"- Recipe `{options.get('recipe') or 'custom'}`: {_length_text(options)} of batches of about "
         f"{options['max_tokens']:,} source + {options['max_tokens']:,} target tokens per process, warm-up "
         f"{options['warmup_steps']:,} steps, learning rate {options['lr_scale']:g} × eq. (3) of the paper, "
         f"label smoothing 0.1; final model: {_final_model_text(options)}.",
@@ -233,6 +233,13 @@ def _training_text(trained: TrainedModel, description: str) -> str:
             f"transformers {run['versions']['transformers']})."
         )
     return "\n".join(lines)
+
+
+def _length_text(options: dict[str, Any]) -> str:
+    """How long the recipe trains: a step count, or a time budget with the step count as its cap."""
+    if options.get("max_train_minutes") is None:
+        return f"{options['max_steps']:,} updates"
+    return f"{options['max_train_minutes']:g} minutes of training (at most {options['max_steps']:,} updates)"
 
 
 def _training_summary(options: dict[str, Any]) -> str:

@@ -30,6 +30,12 @@ def _series(log_history: Sequence[dict], key: str) -> tuple[list[int], list[floa
     return [entry["step"] for entry in entries], [entry[key] for entry in entries]
 
 
+def training_losses_logged(log_history: Sequence[dict]) -> bool:
+    """Whether a Trainer's `log_history` holds a training loss: a run that ends (on a time budget, say) before its
+    first logging step has none, and no curve to draw."""
+    return bool(_series(log_history, "loss")[0])
+
+
 def plot_training_curve(
     log_history: Sequence[dict], path: str | Path, unigram_floor: float | None = None, *, choose: str = "path"
 ) -> Path:

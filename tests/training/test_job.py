@@ -648,6 +648,10 @@ def test_a_time_budget_ends_training_with_a_checkpoint_and_resume_keeps_what_is_
     arguments += ["--max_steps", "100000", "--warmup_steps", "2", "--save_steps", "100000"]
     arguments += ["--average_last", "1", "--dev_size", "0", "--eval_steps", "0", "--num_beams", "1"]
     arguments += ["--no_health_checks"]  # a few steps at a high rate: the check is not what this tests
+    arguments += [
+        "--logging_steps",
+        "100000",
+    ]  # ends before its first logged loss: no curve, the model all the same
     run = tmp_path / "run"
     assert (
         main([*arguments, "--max_train_minutes", "0.01", "--examples", "A dog.", "--output_dir", str(run)])
@@ -659,6 +663,7 @@ def test_a_time_budget_ends_training_with_a_checkpoint_and_resume_keeps_what_is_
     assert 0 < steps < 100000 and checkpoint.name == f"checkpoint-{steps}"
     assert 0.6 <= state["stateful_callbacks"][TRAINED_SECONDS] < 60
     assert (run / "final" / "model.safetensors").is_file()
+    assert not (run / "final" / "training_curve.png").exists()
     caplog.set_level("INFO")
     assert main(["--output_dir", str(run), "--resume"]) == 0  # no time left: no step
     assert [path.name for path in run.glob("checkpoint-*")] == [checkpoint.name]

@@ -1,4 +1,5 @@
-"""Health checks: the unigram floor, degenerate translations, and the guard that stops diverged or collapsed runs."""
+"""Health checks: the unigram floor, degenerate translations, and the guard that stops diverged or collapsed runs;
+the progress line."""
 
 import random
 from pathlib import Path
@@ -14,9 +15,11 @@ from vaswani_transformer.data import tokenize_parallel
 from vaswani_transformer.data.token_arrays import TokenizedPairs
 from vaswani_transformer.training import build_trainer
 from vaswani_transformer.training.monitoring import (
+    TRAINED_SECONDS,
     HealthCheck,
     TrainingCollapsed,
     TrainingDiverged,
+    TrainingProgress,
     collapse_check_step,
     collapse_symptom,
     is_degenerate,
@@ -159,3 +162,20 @@ def test_a_nan_loss_is_stopped_as_divergence(letter_tokenizer, reversal_pairs, t
     poison = PoisonWeights(step=15)
     with pytest.raises(TrainingDiverged, match="the loss became nan at step 20"):
         train_reversal(letter_tokenizer, reversal_pairs, tmp_path, lr_scale=0.1, extra_callbacks=[poison])
+
+
+@pytest.mark.parametrize(("budget_minutes", "eta"), [(None, "ETA 499:10"), (1.0, "ETA 0:10")])
+def test_the_progress_line_counts_down_to_whichever_end_comes_first(
+    budget_minutes: float | None, eta: str, caplog
+) -> None:
+    """Issue 51: with a time budget (the main job's normal end) the ETA is the budget's, not that of a step cap the
+    run will not reach; without one it is the step count's."""
+    progress = TrainingProgress(budget_minutes)
+    state = TrainerState(global_step=0, max_steps=60_000)
+    progress.on_train_begin(None, state, TrainerControl())
+    progress.started -= 50.0  # 100 steps in 50 seconds: 0.5 s a step
+    state.global_step = 100
+    state.stateful_callbacks[TRAINED_SECONDS] = 50.0
+    caplog.set_level("INFO")
+    progress.on_log(None, state, TrainerControl(), logs={"loss": 2.0, "learning_rate": 1e-3})
+    assert caplog.messages[-1].endswith(eta)

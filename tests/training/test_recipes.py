@@ -41,6 +41,16 @@ def test_without_a_recipe_flag_the_main_job_runs() -> None:
     assert options.max_steps == load_recipe("tatoeba", allowed=option_names(), cuda=False)["max_steps"]
 
 
+def test_the_main_job_trains_to_a_time_budget_that_a_flag_switches_off() -> None:
+    """Issue 51: the main job stops on time on every machine; `--max_train_minutes none` (as `null` in a recipe)
+    trains by --max_steps alone, and `none` works for every number setting that takes None."""
+    assert parse_options(["--cuda_section", "false"]).max_train_minutes == 8.5
+    options = parse_options(["--cuda_section", "false", "--max_train_minutes", "none", "--dropout", "NULL"])
+    assert options.max_train_minutes is None and options.dropout is None
+    with pytest.raises(SystemExit):
+        parse_options(["--max_train_minutes", "soon"])
+
+
 def test_every_default_comes_from_the_defaults_recipe_and_nothing_else() -> None:
     """recipes/defaults.yaml names every setting but the recipe itself, and `TrainOptions` takes its values from
     there: the code holds no default of its own for a setting."""

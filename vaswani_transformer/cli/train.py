@@ -22,7 +22,8 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+import typing
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from transformers import HfArgumentParser
@@ -69,6 +70,7 @@ def parse_options(
         f"recipes: {', '.join(available_recipes())} (vaswani_transformer/training/recipes/*.yaml; every "
         "default: defaults.yaml there)"
     )
+    _accept_none(parser)
     name = known.recipe or DEFAULT_RECIPE
     recipe = load_recipe(name, allowed=option_names(), cuda=cuda)
     parser.set_defaults(**recipe, recipe=name, cuda_section=cuda)
@@ -78,6 +80,24 @@ def parse_options(
         parser.set_defaults(**recorded_settings(record))
         (options,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
     return options
+
+
+def _accept_none(parser: HfArgumentParser) -> None:
+    """`--FLAG none` gives None to a number setting that takes it, as `null` does in a recipe: the way to switch
+    off a recipe's value from the command line (`--max_train_minutes none`: the tatoeba recipe by steps alone)."""
+    hints = typing.get_type_hints(TrainOptions)
+    for action in parser._actions:
+        hint = hints.get(action.dest)
+        if hint is not None and type(None) in typing.get_args(hint) and action.type in (int, float):
+            action.type = _number_or_none(action.type)
+
+
+def _number_or_none(convert: Callable[[str], float]) -> Callable[[str], float | None]:
+    def parse(text: str) -> float | None:
+        return None if text.strip().lower() in ("none", "null") else convert(text)
+
+    parse.__name__ = convert.__name__  # argparse's "invalid float value" names the type
+    return parse
 
 
 def _same_source(known: argparse.Namespace, cuda: bool, record: dict) -> bool:

@@ -25,7 +25,7 @@ from ..data.token_arrays import TokenizedPairs, tokenize_pairs
 from ..files import write_failures_named
 from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
 from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
-from ..plotting import plot_training_curve
+from ..plotting import plot_training_curve, training_losses_logged
 from .arguments import paper_training_arguments
 from .checkpoints import TRAINER_STATE_NAME
 from .checks import check_inputs
@@ -121,12 +121,18 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     else:
         with only_progress_lines(), write_failures_named(options.output_dir, "--output_dir"):
             trainer.train(resume_from_checkpoint=checkpoint)
-    train_seconds = time.perf_counter() - started
+    # The run's training time over all its sessions (a resumed run's card and summary tell the whole run's)
+    train_seconds = max(trained_seconds(trainer.state), time.perf_counter() - started)
     if not is_main:
         return None
 
     def record(folder: Path) -> None:
         write_training_run(trainer, train_seconds, folder, precision)
+        if not training_losses_logged(trainer.state.log_history):
+            logger.info(
+                f"no training curve: training ended before its first logged step (--logging_steps {options.logging_steps})"
+            )
+            return
         curve = folder / "training_curve.png"
         plot_training_curve(trainer.state.log_history, curve, unigram_floor=floor, choose="--output_dir")
 
@@ -180,7 +186,7 @@ def _trainer_for(
     callbacks: list[TrainerCallback] = [
         ResumedCadence(),
         TrainingTimeBudget(options.max_train_minutes),
-        TrainingProgress(),
+        TrainingProgress(options.max_train_minutes),
     ]
     if options.health_checks:
         check_from = collapse_check_step(options.warmup_steps)

@@ -209,12 +209,14 @@ def _main_process_says(decision: bool, device: torch.device) -> bool:
 
 
 class TrainingProgress(TrainerCallback):
-    """Logs one line per logging step: loss, learning rate, target tokens/s, last dev BLEU, time and ETA."""
+    """Logs one line per logging step: loss, learning rate, target tokens/s, last dev BLEU, time and ETA. With a
+    time budget (`budget_minutes`) the ETA is whichever end comes first, the budget's or the step count's."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget_minutes: float | None = None) -> None:
         self.started = time.perf_counter()
         self.first_step = 0
         self.dev = "dev BLEU -"
+        self.budget = None if budget_minutes is None else budget_minutes * 60
 
     def on_train_begin(self, args, state: TrainerState, control, **kwargs) -> None:
         self.started = time.perf_counter()
@@ -236,6 +238,8 @@ class TrainingProgress(TrainerCallback):
         if "loss" in logs:
             elapsed = time.perf_counter() - self.started
             remaining = elapsed / max(step - self.first_step, 1) * (total - step)
+            if self.budget is not None:
+                remaining = min(remaining, max(self.budget - trained_seconds(state), 0.0))
             tokens = logs.get("target_tokens_per_second", 0) / 1000
             logger.info(
                 f"step {step}/{total}  loss {logs['loss']:.3f}  lr {logs.get('learning_rate', 0):.2e}  "
