@@ -136,6 +136,23 @@ def test_an_architecture_this_model_cannot_hold_is_refused(
     refused(made.folder, tmp_path / "out", "cannot hold it")
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"bpe": "sentencepiece"},
+        {"tokenizer": "space"},
+        {"moses_no_escape": True},
+        {"task": "translation_multi_simple_epoch"},
+    ],
+)
+def test_a_text_pipeline_the_tokenizer_does_not_reproduce_is_refused(tmp_path: Path, changes: dict) -> None:
+    made = make_fairseq_checkpoint(tmp_path, **changes)
+    (name, value), *_ = changes.items()
+    refused(
+        made.folder, tmp_path / "out", f"trained on text made otherwise .{name} = {value!r}.*ids would differ"
+    )
+
+
 def test_separate_dictionaries_are_refused(tmp_path: Path) -> None:
     made = make_fairseq_checkpoint(tmp_path)
     target = made.folder / "dict.de.txt"

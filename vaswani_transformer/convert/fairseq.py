@@ -111,8 +111,8 @@ def checkpoint_options(checkpoint: dict[str, Any], path: Path) -> dict[str, Any]
     if not model:
         raise ValueError(f"{path} names no architecture: it has neither args nor cfg['model'].")
     task = namespace_or_dict(cfg.get("task"))
-    languages = {key: task[key] for key in ("source_lang", "target_lang") if key in task}
-    return {**languages, **model}
+    from_task = {key: task[key] for key in ("source_lang", "target_lang") if key in task}
+    return {"task": task.get("_name"), **from_task, **model}
 
 
 def architecture_problems(options: Mapping[str, Any]) -> list[str]:
@@ -143,6 +143,33 @@ def architecture_problems(options: Mapping[str, Any]) -> list[str]:
         if options.get(name, width) != width:
             problems.append(f"{name} = {options[name]} differs from decoder_embed_dim = {width}")
     return problems
+
+
+# fairseq's text pipeline that FSMTTokenizer reproduces: its plain translation task (no language tokens added) on
+# Moses tokens (escaped, dashes split) and subword-nmt or fastBPE pieces; None is a checkpoint that predates the
+# option (the released 2018 models: fairseq's hub names Moses and subword-nmt for them).
+TEXT_PIPELINE = {
+    "task": ("translation", None),
+    "tokenizer": ("moses", None),
+    "bpe": ("subword_nmt", "fastbpe", None),
+}
+MOSES_DEFAULTS = ("moses_no_escape", "moses_no_dash_splits")
+
+
+def check_text_pipeline(options: Mapping[str, Any], path: Path) -> None:
+    """Refuse a model trained on text that FSMTTokenizer does not make: its ids would be silently others."""
+    problems = [
+        f"{name} = {options.get(name)!r}"
+        for name, known in TEXT_PIPELINE.items()
+        if options.get(name) not in known
+    ]
+    problems += [f"{name} = True" for name in MOSES_DEFAULTS if options.get(name)]
+    if problems:
+        raise ValueError(
+            f"{path} was trained on text made otherwise ({'; '.join(problems)}) than the converted tokenizer makes "
+            f"it (FSMTTokenizer: fairseq's translation task on Moses tokens, escaped and dashes split, and "
+            f"subword-nmt BPE): the token ids would differ."
+        )
 
 
 def check_architecture(options: Mapping[str, Any], path: Path) -> None:
@@ -361,6 +388,7 @@ def fsmt_parts(checkpoint_dir: Path) -> FsmtParts:
     checkpoint = load_checkpoint(path)
     options = checkpoint_options(checkpoint, path)
     check_architecture(options, path)
+    check_text_pipeline(options, path)
     languages = read_languages(options, path)
     vocabulary, dictionary = read_vocabulary(checkpoint_dir, languages)
     merges = read_merges(codes)
