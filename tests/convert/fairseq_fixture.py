@@ -5,7 +5,8 @@ format: `model.pt` as fairseq saves it (fairseq's key names, an `args` Namespace
 state), `dict.en.txt` and `dict.de.txt` (one joined dictionary, fairseq's order and `#fairseq:overwrite` flag, not
 padded: the embedding has fairseq's padded rows), and `bpecodes` (subword-nmt codes, version 0.2). The "legacy"
 layout is a 2018 checkpoint: torch's legacy file format, `in_proj_weight` and `layer_norms.N`, no output projection
-(the embedding is shared), args without the options added since, and fairseq's meters in its training state.
+(the embedding is shared), args without the options added since, and fairseq's meters (and a numpy
+scalar) in its training state.
 """
 
 import argparse
@@ -20,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy
 import torch
 from sacremoses import MosesTokenizer
 from transformers import FSMTConfig, FSMTForConditionalGeneration, FSMTTokenizer
@@ -334,7 +336,8 @@ def checkpoint_contents(
     }
     if legacy:
         contents["args"] = argparse.Namespace(**options)
-        contents["extra_state"]["train_meters"] = OrderedDict(train_loss=AverageMeter(marker))
+        meters = OrderedDict(train_loss=AverageMeter(marker), wps=numpy.float64(1234.5))
+        contents["extra_state"]["train_meters"] = meters
     elif layout == "args":
         contents["args"] = argparse.Namespace(**options)
     else:  # fairseq >= 0.10: cfg as plain containers, the model's options under "model"; a Namespace there for

@@ -17,9 +17,10 @@ import torch
 
 # Globals that a fairseq checkpoint pickles and that torch's weights-only unpickler does not allow by itself:
 # `args` is an argparse.Namespace (a `cfg` dict may hold some too), and the training state of fairseq 0.6-0.8
-# (2018-2019, when the released WMT models were trained) holds its meters, `extra_state["train_meters"]`.
+# (2018-2019, when the released WMT models were trained) holds its meters, `extra_state["train_meters"]`, whose
+# values may be numpy scalars.
 NAMESPACE = "argparse.Namespace"
-TRAINING_STATE_MODULES = ("fairseq.",)  # read as inert records (`InertRecord`), never imported
+TRAINING_STATE_MODULES = ("fairseq.", "numpy.")  # read as inert records (`InertRecord`), never imported
 TORCH_PLAIN_GLOBALS = {  # what torch's weights-only unpickler allows outside torch: containers and bytes
     "collections.OrderedDict",
     "collections.Counter",
@@ -44,7 +45,7 @@ STRIP_FIX = (
 
 
 class InertRecord:
-    """What an object of fairseq's training state (a meter, say) becomes when model.pt is read: the arguments and
+    """What an object of fairseq's training state (a meter, a numpy scalar) becomes when model.pt is read: the arguments and
     the state it was pickled with, kept as data. None of fairseq's code is imported or run, so no pickled name can
     run code through it; nothing of the conversion reads these records."""
 
