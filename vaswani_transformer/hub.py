@@ -17,7 +17,7 @@ from typing import Any
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 
 from .engines.torch_engine import decoding_settings
-from .evaluation.loading import load_for_decoding
+from .evaluation.loading import load_for_decoding, tokenizer_files
 from .modeling.pipeline_vaswani_transformer import translate
 from .modeling.remote_code_vaswani_transformer import ship_translation_pipeline, sibling_imports
 
@@ -26,8 +26,7 @@ REQUIRED_FILES = (
     "config.json",
     "generation_config.json",
     "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
+    "tokenizer_config.json",  # with the tokenizer's own files (`loading.tokenizer_files`)
     MODELING_FILE,  # with the sibling files it imports (`model_code_files`)
 )
 OPTIONAL_FILES = (
@@ -78,7 +77,7 @@ class TrainedModel:
 def model_files(folder: Path) -> list[str]:
     """What a saved model folder must hold: weights, configs, tokenizer, and the model's code with the files it
     imports (a folder saved by an older version imports fewer)."""
-    return [*REQUIRED_FILES, *sibling_imports(folder / MODELING_FILE)]
+    return [*REQUIRED_FILES, *tokenizer_files(folder), *sibling_imports(folder / MODELING_FILE)]
 
 
 def _links_outside(folder: Path, name: str) -> bool:
