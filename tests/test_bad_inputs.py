@@ -938,7 +938,6 @@ def convert_fsmt_to(out: Callable[[Workspace], str], *flags: str) -> Callable[[W
 
 
 FAIRSEQ_ONLY = ("encoder_normalize_before", "decoder_normalize_before")
-CANNOT_HOLD = "this package's model (the paper's architecture) cannot hold it"
 # vaswani-convert: architectures it cannot hold, untrusted pickles
 CONVERT_CASES: dict[str, Case] = {
     "convert fsmt: a model of this package, not FSMT": Case(
@@ -970,7 +969,8 @@ CONVERT_CASES: dict[str, Case] = {
     "convert fsmt: pre-norm": Case(
         "convert",
         convert_fsmt_to(lambda ws: ws.new),
-        f"pre-norm layers (encoder_normalize_before; the paper's layers are post-norm, §3.1): {CANNOT_HOLD}",
+        "pre-norm layers (encoder_normalize_before; the paper's layers are post-norm, §3.1): this package's model "
+        "(the paper's architecture) cannot hold it",
         setup=fsmt_in_workspace(encoder_normalize_before=True),
     ),
     "convert fsmt: another activation": Case(
