@@ -26,6 +26,7 @@ from vaswani_transformer.cli import export as export_cli
 from vaswani_transformer.cli import export_onnx as export_onnx_cli
 from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.engines import CTranslate2Translator, load_onnx_model
+from vaswani_transformer.hub import build_model_card
 
 # punctuation, numbers, compounds (Moses splits them with @-@) and characters outside the vocabulary
 SENTENCES = [
@@ -137,10 +138,11 @@ batch = tokenizer(sentences, padding=True, return_tensors="pt")
 with torch.no_grad():
     outputs = model.generate(**batch, num_beams=4, max_new_tokens=new_tokens)
 translator = pipeline("vaswani-translation", model=folder, trust_remote_code=True)
+pipelined = translator(sentences, max_new_tokens=new_tokens, decoding_dtype=torch.float32)
 print(json.dumps({
     "outputs": outputs.tolist(),
     "model_class": type(model).__module__,
-    "pipeline": [result["translation_text"] for result in translator(sentences, max_new_tokens=new_tokens)],
+    "pipeline": [result["translation_text"] for result in pipelined],
 }))
 """
 )
@@ -170,6 +172,8 @@ def test_ctranslate2_export_gives_our_greedy_tokens(converted: Path, ours, token
     assert export_cli.main([str(converted), str(tmp_path / "ct2")]) == 0
     translator = CTranslate2Translator(tmp_path / "ct2")
     assert translator.decoding["max_decoding_length"] == 199  # FSMT's max_length 200, less the start token
+    assert (translator.decoding["beam_size"], translator.decoding["length_penalty"]) == (5, 1.0)
+    assert len(translator.translate(SENTENCES)) == len(SENTENCES)  # with the decoding defaults as written
     sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(SENTENCES)["input_ids"]]
     results = translator.translator.translate_batch(
         sources, beam_size=1, max_decoding_length=NEW_TOKENS, min_decoding_length=0
@@ -206,7 +210,8 @@ def test_translate_and_evaluate_commands_work_on_it(
     source, references = tmp_path / "source.en", tmp_path / "references.de"
     source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
     references.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
-    assert translate_cli.main([str(converted), str(source), "--num_beams", "1"]) == 0
+    # float32: on a CPU that measures bfloat16 faster, autocast could tip a random model's close calls
+    assert translate_cli.main([str(converted), str(source), "--num_beams", "1", "--dtype", "float32"]) == 0
     lines = capsys.readouterr().out.splitlines()
     with torch.no_grad():
         singles = [fsmt.generate(**tokenizer([s], return_tensors="pt"), num_beams=1) for s in SENTENCES]
@@ -256,3 +261,10 @@ def test_the_stock_seq2seq_trainer_fine_tunes_it(converted: Path, tmp_path: Path
         reloaded.config.position_offset == 2
         and type(AutoTokenizer.from_pretrained(tmp_path / "tuned")) is FSMTTokenizer
     )
+
+
+def test_the_model_card_describes_the_converted_model(converted: Path) -> None:
+    card = str(build_model_card(converted, "you/wmt19-en-de"))
+    assert "fairseq's sinusoidal positions (sines before cosines, counted from 2)" in card
+    assert '`FSMTTokenizer.from_pretrained("you/wmt19-en-de")`' in card
+    assert "decodes as its original does: beam 5, length penalty α = 1.0 in the form |Y|^α" in card

@@ -25,7 +25,7 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..evaluation.loading import load_for_decoding, tokenizer_files
 from ..files import folder_written_whole, read_json
-from ..modeling.generation_vaswani_transformer import TRANSFORMERS_MAX_LENGTH
+from ..modeling.generation_vaswani_transformer import TRANSFORMERS_MAX_LENGTH, generation_setting
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE, length_sorted_batches
 from .conversion_cache import cached_conversion, conversion_cache_dir, model_file_hashes, model_folder
 
@@ -216,7 +216,7 @@ def decoding_defaults(model: PreTrainedModel) -> dict[str, Any]:
     beams = generation.num_beams or 1
     defaults = {
         "beam_size": beams,
-        "length_penalty": generation.length_penalty if beams > 1 else 1.0,
+        "length_penalty": generation_setting(generation, "length_penalty") if beams > 1 else 1.0,
         "max_length_offset": model.config.max_length_offset,
         # CTranslate2's default minimum of 1 would forbid </s> as the first token; the model allows it.
         "min_decoding_length": generation.min_new_tokens or 0,

@@ -35,6 +35,13 @@ TRANSFORMERS_DEFAULTS = getattr(GenerationConfig, "_get_default_generation_param
 TRANSFORMERS_MAX_LENGTH = TRANSFORMERS_DEFAULTS.get("max_length", 20)
 
 
+def generation_setting(generation_config: GenerationConfig, name: str) -> Any:
+    """A setting as `generate()` reads it: the generation config's, or transformers' fallback where it holds none
+    (a saved folder leaves those unset: `settings_as_generation_reads_them`)."""
+    value = getattr(generation_config, name, None)
+    return TRANSFORMERS_DEFAULTS.get(name) if value is None else value
+
+
 # The beams of a sentence share its source: the encoder output and the cross-attention keys and values stay at one
 # row per sentence (the mixin below), and a sentence's `group` consecutive decoder rows (its beams) attend to them
 # as extra query positions of that one row (the model's attention and the ONNX export's decoder step).
