@@ -216,6 +216,13 @@ def test_translate_and_evaluate_commands_work_on_it(
     with torch.no_grad():
         singles = [fsmt.generate(**tokenizer([s], return_tensors="pt"), num_beams=1) for s in SENTENCES]
     assert lines == [tokenizer.decode(output[0], skip_special_tokens=True).strip() for output in singles]
+    # the engines, through their caches of the converted folder: ONNX Runtime runs the same search
+    engines = {"onnxruntime": "--onnx_cache", "ctranslate2": "--ctranslate2_cache"}
+    for engine, cache in engines.items():
+        flags = ["--engine", engine, cache, str(tmp_path / engine), "--num_beams", "1"]
+        assert translate_cli.main([str(converted), str(source), *flags]) == 0
+        translated = capsys.readouterr().out.splitlines()
+        assert translated == lines if engine == "onnxruntime" else len(translated) == len(lines)
     arguments = [
         "--source",
         str(source),
