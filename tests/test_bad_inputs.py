@@ -16,15 +16,18 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import transformers
 from huggingface_hub import constants
 
 from tests.conftest import TINY, tatoeba_files
+from tests.convert.conftest import save_small_fsmt, small_vocabulary
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.cli import (
     average,
+    convert,
     evaluate,
     export,
     export_onnx,
@@ -49,6 +52,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "prepare": prepare.main,
     "plot-positional-encoding": plot_positional_encoding.main,
     "plot-attention": plot_attention.main,
+    "convert": convert.main,
 }
 
 
@@ -914,7 +918,106 @@ VALUE_CASES: dict[str, Case] = {
     ),
 }
 
-CONVERT_CASES: dict[str, Case] = {}  # vaswani-convert: architectures it cannot hold, untrusted pickles
+
+def fsmt_in_workspace(**overrides: Any) -> Callable[[Workspace], None]:
+    """A small FSMT model saved as `fsmt` in the workspace, changed by FSMTConfig `overrides` (or config.json
+    keys FSMTConfig has no field for, e.g. fairseq's `encoder_normalize_before`)."""
+
+    def setup(ws: Workspace) -> None:
+        save_small_fsmt(ws.root / "fsmt", **{k: v for k, v in overrides.items() if k not in FAIRSEQ_ONLY})
+        config_file = ws.root / "fsmt" / "config.json"
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        config.update({k: v for k, v in overrides.items() if k in FAIRSEQ_ONLY})
+        config_file.write_text(json.dumps(config), encoding="utf-8")
+
+    return setup
+
+
+def convert_fsmt_to(out: Callable[[Workspace], str], *flags: str) -> Callable[[Workspace], list[str]]:
+    return lambda ws: ["fsmt", str(ws.root / "fsmt"), out(ws), *flags]
+
+
+FAIRSEQ_ONLY = ("encoder_normalize_before", "decoder_normalize_before")
+# vaswani-convert: architectures it cannot hold, untrusted pickles
+CONVERT_CASES: dict[str, Case] = {
+    "convert fsmt: a model of this package, not FSMT": Case(
+        "convert",
+        lambda ws: ["fsmt", ws.model, ws.new],
+        "is not an FSMT model (its config.json says model_type",
+    ),
+    "convert fsmt: no such folder": Case(
+        "convert", lambda ws: ["fsmt", str(ws.root / "missing"), ws.new], "no such model folder"
+    ),
+    "convert fsmt: separate vocabulary sizes": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: ws.new),
+        "separate source and target vocabularies",
+        setup=fsmt_in_workspace(tgt_vocab_size=200, tie_word_embeddings=False),
+    ),
+    "convert fsmt: separate vocabularies of one size": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: ws.new),
+        "vocab-src.json and vocab-tgt.json differ",
+        setup=lambda ws: save_small_fsmt(ws.root / "fsmt", target_vocabulary=reversed_vocabulary()),
+    ),
+    "convert fsmt: untied embeddings": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: ws.new),
+        "are not one table",
+        setup=fsmt_in_workspace(tie_word_embeddings=False),
+    ),
+    "convert fsmt: pre-norm": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: ws.new),
+        "pre-norm layers (encoder_normalize_before; the paper's layers are post-norm, §3.1): this package's model "
+        "(the paper's architecture) cannot hold it",
+        setup=fsmt_in_workspace(encoder_normalize_before=True),
+    ),
+    "convert fsmt: another activation": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: ws.new),
+        "the activation 'silu' (this model has relu, gelu)",
+        setup=fsmt_in_workspace(activation_function="silu"),
+    ),
+    "convert fsmt: layer drop": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: ws.new),
+        "layer drop (decoder_layerdrop=0.1)",
+        setup=fsmt_in_workspace(decoder_layerdrop=0.1),
+    ),
+    "convert fsmt: output inside the input": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: str(ws.root / "fsmt" / "converted")),
+        "is inside the FSMT model folder",
+        setup=fsmt_in_workspace(),
+    ),
+    "convert fsmt: output onto the input with overwrite": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: str(ws.root / "fsmt"), "--overwrite"),
+        "is the FSMT model folder",
+        setup=fsmt_in_workspace(),
+    ),
+    "convert fsmt: occupied output": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: ws.run),
+        "is not empty; choose another folder",
+        setup=fsmt_in_workspace(),
+    ),
+    "convert fsmt: read-only output": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: str(ws.root / "locked" / "converted")),
+        refused_write(lambda ws: ws.root / "locked" / "converted"),
+        setup=lambda ws: (fsmt_in_workspace()(ws), read_only(ws, "locked")),
+    ),
+    "convert: no source named": Case("convert", lambda ws: [ws.model, ws.new], "invalid choice"),
+}
+
+
+def reversed_vocabulary() -> dict[str, int]:
+    """The small vocabulary with its ids in reverse order: as many tokens, another vocabulary."""
+    vocabulary = small_vocabulary()
+    return {token: len(vocabulary) - 1 - index for token, index in vocabulary.items()}
+
 
 CASES |= (
     OUTPUTS_APART_CASES | CACHE_CASES | ALL_OR_NOTHING_CASES | STREAMING_CASES | VALUE_CASES | CONVERT_CASES

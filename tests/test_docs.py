@@ -351,9 +351,28 @@ def stdin_and_redirections(argv: list[str]) -> tuple[list[str], str | None, str 
 
 
 def runs_here(command: str, arguments: list[str]) -> bool:
-    """Whether a documented command runs in miniature: not --help, and not the WMT14 recipes (the Hub's corpus
-    and 8 GPUs), which are only parsed."""
-    return "--help" not in arguments and not any("wmt14" in argument for argument in arguments)
+    """Whether a documented command runs in miniature: not --help, not the WMT14 recipes (the Hub's corpus and 8
+    GPUs), and not a conversion of a released fairseq checkpoint (gigabytes from fairseq's servers), which are
+    only parsed."""
+    return (
+        "--help" not in arguments
+        and not any("wmt14" in argument for argument in arguments)
+        and not (command == "vaswani-convert" and arguments[:1] == ["fairseq"])
+    )
+
+
+def cache_published_model(hf_home: Path, arguments: list[str], workspace: Path) -> None:
+    """For `vaswani-convert fsmt HUB_ID OUT`: a small random FSMT model in the Hub cache under HUB_ID, as if
+    downloaded (the published one is gigabytes, and the tests run offline)."""
+    from tests.convert.conftest import save_small_fsmt
+
+    if arguments[:1] != ["fsmt"] or (workspace / arguments[1]).exists():
+        return
+    repo = hf_home / "hub" / f"models--{arguments[1].replace('/', '--')}"
+    revision = "0" * 40
+    save_small_fsmt(repo / "snapshots" / revision)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision, encoding="utf-8")
 
 
 @pytest.mark.slow
@@ -363,7 +382,7 @@ def test_documented_commands_run_in_miniature(shared_data: Path, user_corpus: Pa
     against a fake Hub, everything else as written."""
     workspace = fresh_workspace(tmp_path, user_corpus)
     # a fresh machine's caches (prepared data, CTranslate2 and ONNX conversions), not this one's
-    environment = {**os.environ, "HF_HOME": str(tmp_path / "hf-home")}
+    environment = {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1"}
     done: set[tuple] = set()
     for document in RUN_IN_MINIATURE:
         for written in shell_commands(document):
@@ -381,6 +400,8 @@ def test_documented_commands_run_in_miniature(shared_data: Path, user_corpus: Pa
                 else []
             )
             arguments = [part.replace("../shared/data", str(shared_data)) for part in [*arguments, *extra]]
+            if command == "vaswani-convert":
+                cache_published_model(tmp_path / "hf-home", arguments, workspace)
             if command == "vaswani-push" and "--local_dir" not in arguments:
                 pushed_to_fake_hub(arguments, workspace)
                 continue

@@ -23,6 +23,7 @@ COMMANDS = {
     "vaswani-plot-positional-encoding",
     "vaswani-export-ctranslate2",
     "vaswani-export-onnx",
+    "vaswani-convert",
 }
 
 

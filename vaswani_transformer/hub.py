@@ -17,7 +17,7 @@ from typing import Any
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 
 from .engines.torch_engine import decoding_settings
-from .evaluation.loading import load_for_decoding
+from .evaluation.loading import FSMT_TOKENIZER_FILES, load_for_decoding, tokenizer_files
 from .modeling.pipeline_vaswani_transformer import translate
 from .modeling.remote_code_vaswani_transformer import ship_translation_pipeline, sibling_imports
 
@@ -26,8 +26,7 @@ REQUIRED_FILES = (
     "config.json",
     "generation_config.json",
     "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
+    "tokenizer_config.json",  # with the tokenizer's own files (`loading.tokenizer_files`)
     MODELING_FILE,  # with the sibling files it imports (`model_code_files`)
 )
 OPTIONAL_FILES = (
@@ -78,7 +77,7 @@ class TrainedModel:
 def model_files(folder: Path) -> list[str]:
     """What a saved model folder must hold: weights, configs, tokenizer, and the model's code with the files it
     imports (a folder saved by an older version imports fewer)."""
-    return [*REQUIRED_FILES, *sibling_imports(folder / MODELING_FILE)]
+    return [*REQUIRED_FILES, *tokenizer_files(folder), *sibling_imports(folder / MODELING_FILE)]
 
 
 def _links_outside(folder: Path, name: str) -> bool:
@@ -199,6 +198,29 @@ def _decoding_text(settings: dict[str, Any]) -> str:
     )
 
 
+def _positions_text(config: Any) -> str:
+    """The card's words for the model's positions, and the attention biases of a converted fairseq model."""
+    if config.sinusoid_layout == "halves":
+        text = f"fairseq's sinusoidal positions (sines before cosines, counted from {config.position_offset})"
+    else:
+        text = "interleaved sinusoidal positions"
+    return text + (", biases on the attention projections" if config.attention_bias else "")
+
+
+def _decoding_origin(config: Any) -> str:
+    """Whose decoding the generation config holds: the paper's (GNMT length penalty), or a converted model's own."""
+    return (
+        "with the paper's beam search (§6.1)"
+        if config.length_penalty_type == "gnmt"
+        else "as its original does"
+    )
+
+
+def _tokenizer_class(folder: Path) -> str:
+    """The transformers class that loads the folder's tokenizer without the model's code."""
+    return "FSMTTokenizer" if tokenizer_files(folder) == FSMT_TOKENIZER_FILES else "PreTrainedTokenizerFast"
+
+
 def _final_model_text(options: dict[str, Any]) -> str:
     if options["final_model"] == "average":
         return f"the average of the last {options['average_last']} checkpoints (§6.1)"
@@ -296,6 +318,9 @@ def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
         example_source_literal=json.dumps(trained.example[0], ensure_ascii=False),
         example_translation_literal=json.dumps(trained.example[1], ensure_ascii=False),
         decoding=_decoding_text(trained.decoding),
+        decoding_origin=_decoding_origin(config),
+        positions=_positions_text(config),
+        tokenizer_class=_tokenizer_class(trained.folder),
         preset=options.get("preset", "custom"),
         d_model=config.d_model,
         d_ff=config.d_ff,

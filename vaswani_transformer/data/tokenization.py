@@ -4,7 +4,7 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 PAD = "<pad>"
 UNK = "<unk>"
@@ -100,7 +100,11 @@ def load_tokenizer(path_or_hub_id: str) -> PreTrainedTokenizerFast:
     return AutoTokenizer.from_pretrained(path_or_hub_id)
 
 
-def lowercases(tokenizer: PreTrainedTokenizerFast) -> bool:
-    """Whether the tokenizer lowercases its input (then its model is scored case-insensitively)."""
-    normalizer = tokenizer.backend_tokenizer.normalizer
+def lowercases(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the tokenizer lowercases its input (then its model is scored case-insensitively), as its normalizer
+    says, or for a Python tokenizer (FSMT's Moses and BPE, of a converted published model) its `do_lower_case`."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return bool(getattr(tokenizer, "do_lower_case", False))
+    normalizer = backend.normalizer
     return normalizer is not None and normalizer.normalize_str("A") == "a"

@@ -1,10 +1,11 @@
 """Export a trained model and its tokenizer to CTranslate2, the C++ engine for serving Transformer translators.
 
 CTranslate2's `TransformerSpec` describes our architecture exactly: post-norm layers (no final layer norm),
-bias-free attention projections (its biases are optional), ReLU feed-forward, embeddings × √d_model, one table
-shared by both embeddings and the softmax. Its built-in sinusoids put all sines before all cosines, the paper's
-(§3.5) interleave them, so the export writes our encodings as the position table (as CTranslate2 does for
-learned positions): `max_positions` rows, i.e. sentences of up to that many tokens, source and output.
+bias-free attention projections (its biases are optional: a converted fairseq model's are written), ReLU
+feed-forward, embeddings × √d_model, one table shared by both embeddings and the softmax. Its built-in sinusoids
+put all sines before all cosines, the paper's (§3.5) interleave them, and fairseq's count from 2, so the export
+writes the model's own encodings as the position table (as CTranslate2 does for learned positions):
+`max_positions` rows, i.e. sentences of up to that many tokens, source and output.
 
 `cached_export` converts a model once per content: into a cache folder named by a hash of its weights, config,
 tokenizer and generation config, the quantization and this package's export format, written under a temporary
@@ -22,8 +23,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..evaluation.loading import load_for_decoding
+from ..evaluation.loading import load_for_decoding, tokenizer_files
 from ..files import folder_written_whole, read_json
+from ..modeling.generation_vaswani_transformer import TRANSFORMERS_MAX_LENGTH, generation_setting
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE, length_sorted_batches
 from .conversion_cache import cached_conversion, conversion_cache_dir, model_file_hashes, model_folder
 
@@ -66,12 +68,13 @@ def check_exportable(model: PreTrainedModel) -> None:
 
 
 def position_table(stack: torch.nn.Module, max_positions: int) -> torch.Tensor:
-    """A stack's position encodings for positions 0 … max_positions-1, shape (max_positions, d_model).
+    """A stack's position encodings for positions 0 … max_positions-1, shape (max_positions, d_model), in the
+    model's layout and with its `position_offset` (the module applies both).
 
     The sinusoids are the same in both stacks; learned tables (Table 3, row E) are one per stack.
     """
     positions = stack.embed_positions
-    limit = getattr(positions, "num_embeddings", max_positions)  # a learned table has its own length
+    limit = getattr(positions, "max_positions", max_positions)  # a learned table has its own length
     return positions(torch.arange(min(max_positions, limit), device=stack.device))
 
 
@@ -91,15 +94,23 @@ def _set_layer_norm(spec: Any, layer_norm: torch.nn.LayerNorm) -> None:
     spec.beta = _array(layer_norm.bias)
 
 
+def _set_fused(spec: Any, *linears: torch.nn.Linear) -> None:
+    """One CTranslate2 projection from several of ours, stacked, with their biases where they have them
+    (`attention_bias`: fairseq's published models)."""
+    biases = [linear.bias for linear in linears]
+    bias = None if biases[0] is None else torch.cat(biases)
+    _set_linear(spec, torch.cat([linear.weight for linear in linears]), bias)
+
+
 def _set_attention(spec: Any, attention: torch.nn.Module, *, self_attention: bool) -> None:
     """CTranslate2 fuses Q, K, V (self-attention) or K, V (cross-attention) into one projection."""
-    query, key, value = (attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight)
+    query, key, value = attention.q_proj, attention.k_proj, attention.v_proj
     if self_attention:
-        _set_linear(spec.linear[0], torch.cat([query, key, value]))
+        _set_fused(spec.linear[0], query, key, value)
     else:
-        _set_linear(spec.linear[0], query)
-        _set_linear(spec.linear[1], torch.cat([key, value]))
-    _set_linear(spec.linear[-1], attention.out_proj.weight)
+        _set_fused(spec.linear[0], query)
+        _set_fused(spec.linear[1], key, value)
+    _set_fused(spec.linear[-1], attention.out_proj)
 
 
 def _set_feed_forward(spec: Any, layer: torch.nn.Module) -> None:
@@ -203,13 +214,18 @@ def decoding_defaults(model: PreTrainedModel) -> dict[str, Any]:
     """The model's decoding (its generation config, §6.1) as CTranslate2 options, written beside the export."""
     generation = model.generation_config
     beams = generation.num_beams or 1
-    return {
+    defaults = {
         "beam_size": beams,
-        "length_penalty": generation.length_penalty if beams > 1 else 1.0,
+        "length_penalty": generation_setting(generation, "length_penalty") if beams > 1 else 1.0,
         "max_length_offset": model.config.max_length_offset,
         # CTranslate2's default minimum of 1 would forbid </s> as the first token; the model allows it.
         "min_decoding_length": generation.min_new_tokens or 0,
     }
+    # A model with an output limit of its own (a converted published model: fairseq's 200 tokens) keeps it;
+    # generate() counts the decoder's start token in max_length, CTranslate2 only the tokens it decodes.
+    if generation.max_length not in (None, TRANSFORMERS_MAX_LENGTH):
+        defaults["max_decoding_length"] = generation.max_length - 1
+    return defaults
 
 
 def default_cache_dir() -> Path:
@@ -286,7 +302,9 @@ class CTranslate2Translator:
         if device == "cpu":
             options = {"intra_threads": 1, "inter_threads": cpu_count(), **options}
         self.decoding = read_json(folder / DECODING_FILE, EXPORT_AGAIN)
-        read_json(folder / "tokenizer.json", EXPORT_AGAIN)  # named here, not by the tokenizers library
+        for name in tokenizer_files(folder):  # named here, not by the tokenizers library
+            if name.endswith(".json"):
+                read_json(folder / name, EXPORT_AGAIN)
         torch_threads = torch.get_num_threads()
         try:
             self.translator = ctranslate2.Translator(
@@ -317,7 +335,7 @@ class CTranslate2Translator:
         if not texts:
             return []
         options = {**self.decoding, **overrides}
-        offset = options.pop("max_length_offset")
+        offset, limit = options.pop("max_length_offset"), options.pop("max_decoding_length", None)
         sources = [
             self.tokenizer.convert_ids_to_tokens(ids) for ids in self.tokenizer(list(texts))["input_ids"]
         ]
@@ -325,7 +343,7 @@ class CTranslate2Translator:
         pending = [
             self.translator.translate_batch(
                 [sources[i] for i in batch],
-                max_decoding_length=max(len(sources[i]) for i in batch) + offset,
+                max_decoding_length=limit or max(len(sources[i]) for i in batch) + offset,
                 asynchronous=True,
                 **options,
             )
@@ -386,7 +404,10 @@ class CTranslate2Engine:
             settings["length_penalty"] = options["length_penalty"]
             settings["length_penalty_type"] = "hf"  # CTranslate2 divides by |Y|^α, not GNMT's form
             settings["early_stopping"] = True  # the search ends when beam_size hypotheses have finished
-        settings["max_new_tokens"] = f"longest source in the batch + {options['max_length_offset']}"
+        if "max_decoding_length" in options:
+            settings["max_new_tokens"] = options["max_decoding_length"]
+        else:
+            settings["max_new_tokens"] = f"longest source in the batch + {options['max_length_offset']}"
         return settings
 
     @staticmethod

@@ -31,7 +31,7 @@ from transformers import PreTrainedModel
 
 from ..evaluation.loading import load_for_decoding
 from ..files import folder_written_whole
-from ..modeling.modeling_vaswani_transformer import queries_per_source, rows_per_beam
+from ..modeling.generation_vaswani_transformer import queries_per_source, rows_per_beam
 from .conversion_cache import cached_conversion, conversion_cache_dir, model_file_hashes, model_folder
 
 GRAPHS = ("encoder.onnx", "cross_attention.onnx", "decoder.onnx")

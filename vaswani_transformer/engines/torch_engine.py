@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..modeling.generation_vaswani_transformer import generation_setting
 from ..modeling.pipeline_vaswani_transformer import translate
 from ..modeling.precision_vaswani_transformer import decoding_precision
 from .quantization import INT8_DESCRIPTION, int8_linear_layers
@@ -32,9 +33,9 @@ def decoding_settings(
     if precision != model.dtype:
         settings["dtype"] += f" (autocast over {str(model.dtype).removeprefix('torch.')} weights)"
     if settings["num_beams"] > 1:  # the length penalty and early stopping only act in beam search
-        settings["length_penalty"] = config.length_penalty
+        settings["length_penalty"] = generation_setting(config, "length_penalty")
         settings["length_penalty_type"] = getattr(model.config, "length_penalty_type", "hf")
-        settings["early_stopping"] = config.early_stopping
+        settings["early_stopping"] = generation_setting(config, "early_stopping")
     if config.max_new_tokens is not None:
         settings["max_new_tokens"] = config.max_new_tokens
     elif config.max_length is not None:

@@ -36,12 +36,25 @@ def decoding_dtype(device: str) -> torch.dtype:
 
 
 SAVE_AGAIN = "save the model and tokenizer again (save_pretrained) or copy the folder anew"
+# A saved tokenizer's own files: this package's (the tokenizers library's one JSON file), or those of the FSMT
+# tokenizer (Moses and BPE: source and target vocabularies and the merges) that converted published models keep.
+TOKENIZER_FILES = ("tokenizer.json",)
+FSMT_TOKENIZER_FILES = ("vocab-src.json", "vocab-tgt.json", "merges.txt")
 
 
-def _check_json_file(path: Path) -> None:
+def tokenizer_files(folder: Path) -> tuple[str, ...]:
+    """The tokenizer files a saved model folder holds: FSMT's where it has any of them, else tokenizer.json."""
+    if any((folder / name).exists() for name in FSMT_TOKENIZER_FILES):
+        return FSMT_TOKENIZER_FILES
+    return TOKENIZER_FILES
+
+
+def _check_saved_file(path: Path) -> None:
+    """The file is there, and a JSON file parses."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; a saved model folder holds it ({SAVE_AGAIN}).")
-    read_json(path, SAVE_AGAIN)
+    if path.suffix == ".json":
+        read_json(path, SAVE_AGAIN)
 
 
 def _weight_files(folder: Path) -> list[Path]:
@@ -49,15 +62,15 @@ def _weight_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if not index.is_file():
         return [folder / "model.safetensors"]
-    _check_json_file(index)
+    _check_saved_file(index)
     return [folder / name for name in sorted(set(json.loads(index.read_bytes())["weight_map"].values()))]
 
 
 def check_saved_files(folder: Path) -> None:
     """A model folder's configuration, tokenizer and weights are there and readable as what they are; else an
     error naming the damaged file, before anything loads (transformers' own errors name none, or mislead)."""
-    for name in ("config.json", "tokenizer.json"):
-        _check_json_file(folder / name)
+    for name in ("config.json", *tokenizer_files(folder)):
+        _check_saved_file(folder / name)
     for weights in _weight_files(folder):
         if not weights.is_file():
             raise FileNotFoundError(f"{weights}: missing; a saved model folder holds it ({SAVE_AGAIN}).")

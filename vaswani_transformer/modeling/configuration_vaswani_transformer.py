@@ -10,6 +10,8 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
+# "interleaved": the paper's sin, cos, sin, cos … (§3.5); "halves": fairseq's and tensor2tensor's sines, then cosines.
+SINUSOID_LAYOUTS = ("interleaved", "halves")
 LENGTH_PENALTY_TYPES = ("gnmt", "hf")
 ACTIVATIONS = ("relu", "gelu")
 # "normal": every projection and embedding N(0, init_std), as transformers initialises Marian and BART.
@@ -66,6 +68,14 @@ class VaswaniTransformerConfig(PreTrainedConfig):
     fast_path_vaswani_transformer.py (16-bit dropout draws and eager bfloat16 attention on CPUs, a bfloat16
     residual stream under bfloat16 autocast); False runs the plain reference path (nn.Dropout, a float32 stream,
     the configured attention kernel), against which the tests check it.
+
+    Published weights of this architecture (fairseq's WMT Transformers, transformers' FSMT; `vaswani-convert`)
+    differ from the paper in three places, each an option that is off by default: `sinusoid_layout="halves"` puts
+    all sines before all cosines with frequencies exp(-i · ln(10000) / (d_model/2 - 1)) (fairseq, tensor2tensor)
+    instead of the paper's interleaved 1 / 10000^(2i/d_model); `position_offset` is added to every position (fairseq
+    numbers them from padding_idx + 1 = 2); `attention_bias` gives the Q, K, V and output projections biases. Their
+    dictionaries also order the special tokens otherwise (`<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3, decoding from
+    `</s>`), which the token ids below express.
     """
 
     model_type = "vaswani_transformer"
@@ -93,6 +103,9 @@ class VaswaniTransformerConfig(PreTrainedConfig):
     fused_loss: bool = True
     fast_path: bool = True
     position_embedding_type: str = "sinusoidal"
+    sinusoid_layout: str = "interleaved"
+    position_offset: int = 0
+    attention_bias: bool = False
     max_position_embeddings: int = 1024
     scale_embedding: bool = True
     layer_norm_eps: float = 1e-6
@@ -160,6 +173,8 @@ class VaswaniTransformerConfig(PreTrainedConfig):
             raise ValueError(
                 f"d_model must be even for sinusoidal positions (sin/cos pairs), got {self.d_model}."
             )
+        if self.sinusoid_layout == "halves" and self.d_model < 4:  # its frequencies divide by d_model/2 - 1
+            raise ValueError(f"d_model must be at least 4 for sinusoid_layout='halves', got {self.d_model}.")
 
     def _check_probabilities(self) -> None:
         """Dropout rates and label smoothing lie in [0, 1)."""
@@ -172,6 +187,7 @@ class VaswaniTransformerConfig(PreTrainedConfig):
         """Categorical fields take one of their documented values."""
         choices = {
             "position_embedding_type": POSITION_EMBEDDING_TYPES,
+            "sinusoid_layout": SINUSOID_LAYOUTS,
             "length_penalty_type": LENGTH_PENALTY_TYPES,
             "activation_function": ACTIVATIONS,
             "init_scheme": INIT_SCHEMES,
@@ -184,9 +200,11 @@ class VaswaniTransformerConfig(PreTrainedConfig):
             raise ValueError(f"init_std must be positive, got {self.init_std}.")
         if self.max_length_offset < 0:
             raise ValueError(f"max_length_offset must be >= 0, got {self.max_length_offset}.")
+        if self.position_offset < 0:
+            raise ValueError(f"position_offset must be >= 0, got {self.position_offset}.")
 
 
-__all__ = ["INIT_SCHEMES", "PIPELINE_TASK", "PRESETS", "VaswaniTransformerConfig"]
+__all__ = ["INIT_SCHEMES", "PIPELINE_TASK", "PRESETS", "SINUSOID_LAYOUTS", "VaswaniTransformerConfig"]
 
 
 def _without_locally_served_pipelines(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,34 @@ TRANSFORMERS_DEFAULTS = getattr(GenerationConfig, "_get_default_generation_param
 TRANSFORMERS_MAX_LENGTH = TRANSFORMERS_DEFAULTS.get("max_length", 20)
 
 
+def generation_setting(generation_config: GenerationConfig, name: str) -> Any:
+    """A setting as `generate()` reads it: the generation config's, or transformers' fallback where it holds none
+    (a saved folder leaves those unset: `settings_as_generation_reads_them`)."""
+    value = getattr(generation_config, name, None)
+    return TRANSFORMERS_DEFAULTS.get(name) if value is None else value
+
+
+# The beams of a sentence share its source: the encoder output and the cross-attention keys and values stay at one
+# row per sentence (the mixin below), and a sentence's `group` consecutive decoder rows (its beams) attend to them
+# as extra query positions of that one row (the model's attention and the ONNX export's decoder step).
+def queries_per_source(query: torch.Tensor, sources: int) -> torch.Tensor:
+    """(batch, heads, tgt_len, d) queries as (sources, heads, group · tgt_len, d), with group = batch / sources."""
+    return query.unflatten(0, (sources, -1)).transpose(1, 2).flatten(2, 3)
+
+
+def rows_per_beam(grouped: torch.Tensor, tgt_len: int) -> torch.Tensor:
+    """(sources, heads, group · tgt_len, d) back to (batch, heads, tgt_len, d): `queries_per_source` undone."""
+    return grouped.unflatten(2, (-1, tgt_len)).transpose(1, 2).flatten(0, 1)
+
+
+def rows_per_source(states: torch.Tensor, sources: int) -> torch.Tensor:
+    """(batch, len, d) decoder states as (sources, group · len, d): the query shape the cross-attention mask needs.
+    Equal batches stay as they are (reshaping them would tie an exported graph's batch size to its example's)."""
+    if states.shape[0] == sources:
+        return states
+    return states.reshape(sources, -1, states.shape[-1])
+
+
 def gnmt_as_power_of_length(alpha: float, length: int) -> float:
     """The exponent e with length^e == ((5 + length) / 6)^alpha: the paper's penalty in transformers' form."""
     if length <= 1:

@@ -38,7 +38,12 @@ from .fast_path_vaswani_transformer import (
     prefers_eager_attention,
     residual_stream,
 )
-from .generation_vaswani_transformer import VaswaniTransformerGenerationMixin
+from .generation_vaswani_transformer import (
+    VaswaniTransformerGenerationMixin,
+    queries_per_source,
+    rows_per_beam,
+    rows_per_source,
+)
 from .loss_vaswani_transformer import VaswaniTransformerLossMixin
 from .remote_code_vaswani_transformer import RemoteCodeSavingMixin
 
@@ -55,36 +60,47 @@ def take_cache(past_key_values: Cache | None, kwargs: dict[str, Any]) -> Cache |
 
 # §3.5 Positional Encoding
 class VaswaniTransformerSinusoidalPositionalEncoding(nn.Module):
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same): interleaved, any length."""
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same): interleaved, any length. Options for
+    published weights (the config's docstring): fairseq's "halves" layout and its positions counted from `offset`."""
 
-    def __init__(self, d_model: int) -> None:
+    def __init__(self, d_model: int, layout: str = "interleaved", offset: int = 0) -> None:
         super().__init__()
-        self.d_model = d_model
+        self.d_model, self.layout, self.offset = d_model, layout, offset
         # Only the frequencies are stored, so there is no maximum length. The buffer is not saved; transformers
         # materialises it as garbage on `from_pretrained`, so `_init_weights` recomputes it.
-        self.register_buffer("inv_freq", self.compute_inv_freq(d_model), persistent=False)
+        self.register_buffer("inv_freq", self.compute_inv_freq(d_model, layout), persistent=False)
 
     @staticmethod
-    def compute_inv_freq(d_model: int) -> torch.Tensor:
-        """1 / 10000^(2i / d_model) for i = 0 … d_model/2 - 1, computed in float64 for exactness."""
+    def compute_inv_freq(d_model: int, layout: str = "interleaved") -> torch.Tensor:
+        """1 / 10000^(2i / d_model) for i = 0 … d_model/2 - 1, computed in float64 for exactness; "halves":
+        exp(-i · ln(10000) / (d_model/2 - 1)), in float32 as fairseq and transformers' FSMT compute it."""
+        if layout == "halves":
+            half = d_model // 2
+            return torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
         exponents = torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
         return (1.0 / 10000.0**exponents).float()
 
     def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        angles = position_ids.float().unsqueeze(-1) * self.inv_freq  # (..., seq_len, d_model / 2)
+        angles = (position_ids + self.offset).float().unsqueeze(-1) * self.inv_freq  # (..., len, d_model / 2)
+        if self.layout == "halves":
+            return torch.cat((angles.sin(), angles.cos()), dim=-1)  # (..., seq_len, d_model)
         return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # (..., seq_len, d_model)
 
 
 class VaswaniTransformerLearnedPositionalEmbedding(nn.Embedding):
-    """Table 3 row (E): learned positional embeddings instead of sinusoids."""
+    """Table 3 row (E): learned positional embeddings instead of sinusoids (`offset` rows before the first)."""
+
+    def __init__(self, max_positions: int, d_model: int, offset: int = 0) -> None:
+        super().__init__(max_positions + offset, d_model)
+        self.max_positions, self.offset = max_positions, offset
 
     def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        if position_ids.max() >= self.num_embeddings:
+        if position_ids.max() >= self.max_positions:
             raise ValueError(
-                f"Position {int(position_ids.max())} exceeds max_position_embeddings={self.num_embeddings} of the "
+                f"Position {int(position_ids.max())} exceeds max_position_embeddings={self.max_positions} of the "
                 "learned position table; use position_embedding_type='sinusoidal' or a larger table."
             )
-        return super().forward(position_ids)
+        return super().forward(position_ids + self.offset)
 
 
 # §3.2.1 Scaled Dot-Product Attention (the eager path; sdpa, flash and flex come from transformers' interface)
@@ -114,27 +130,6 @@ def eager_attention_forward(
     return output, weights
 
 
-# The beams of a sentence share its source: the encoder output and the cross-attention keys and values stay at one
-# row per sentence (generation_vaswani_transformer.py), and a sentence's `group` consecutive decoder rows (its
-# beams) attend to them as extra query positions of that one row.
-def queries_per_source(query: torch.Tensor, sources: int) -> torch.Tensor:
-    """(batch, heads, tgt_len, d) queries as (sources, heads, group · tgt_len, d), with group = batch / sources."""
-    return query.unflatten(0, (sources, -1)).transpose(1, 2).flatten(2, 3)
-
-
-def rows_per_beam(grouped: torch.Tensor, tgt_len: int) -> torch.Tensor:
-    """(sources, heads, group · tgt_len, d) back to (batch, heads, tgt_len, d): `queries_per_source` undone."""
-    return grouped.unflatten(2, (-1, tgt_len)).transpose(1, 2).flatten(0, 1)
-
-
-def rows_per_source(states: torch.Tensor, sources: int) -> torch.Tensor:
-    """(batch, len, d) decoder states as (sources, group · len, d): the query shape the cross-attention mask needs.
-    Equal batches stay as they are (reshaping them would tie an exported graph's batch size to its example's)."""
-    if states.shape[0] == sources:
-        return states
-    return states.reshape(sources, -1, states.shape[-1])
-
-
 # §3.2.2 Multi-Head Attention
 class VaswaniTransformerAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, …, head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)."""
@@ -151,11 +146,12 @@ class VaswaniTransformerAttention(nn.Module):
         self.d_v = config.head_dim_v
         self.scaling = self.d_k**-0.5
         self.dropout = config.attention_dropout
-        # The paper's projections W^Q, W^K, W^V, W^O are plain matrices: no biases (as in tensor2tensor).
-        self.q_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=False)
-        self.k_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=False)
-        self.v_proj = nn.Linear(config.d_model, self.num_heads * self.d_v, bias=False)
-        self.out_proj = nn.Linear(self.num_heads * self.d_v, config.d_model, bias=False)
+        # The paper's projections W^Q, W^K, W^V, W^O are plain matrices: no biases (as in tensor2tensor); fairseq's
+        # have them (`attention_bias`, for its published weights).
+        self.q_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=config.attention_bias)
+        self.k_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=config.attention_bias)
+        self.v_proj = nn.Linear(config.d_model, self.num_heads * self.d_v, bias=config.attention_bias)
+        self.out_proj = nn.Linear(self.num_heads * self.d_v, config.d_model, bias=config.attention_bias)
 
     def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
         return states.unflatten(-1, (self.num_heads, head_dim)).transpose(1, 2)  # (batch, heads, len, dim)
@@ -335,7 +331,7 @@ class VaswaniTransformerPreTrainedModel(RemoteCodeSavingMixin, PreTrainedModel):
         initialisation.md)."""
         xavier = self.config.init_scheme == "xavier"
         if isinstance(module, VaswaniTransformerSinusoidalPositionalEncoding):
-            init.copy_(module.inv_freq, module.compute_inv_freq(module.d_model))
+            init.copy_(module.inv_freq, module.compute_inv_freq(module.d_model, module.layout))
         elif isinstance(module, nn.Linear):
             if xavier:
                 init.xavier_uniform_(module.weight)
@@ -362,10 +358,11 @@ class VaswaniTransformerStack(VaswaniTransformerPreTrainedModel):
         super().__init__(config)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        d_model, offset = config.d_model, config.position_offset
         self.embed_positions = (  # the §3.5 sinusoids, or Table 3 row (E)'s learned table
-            VaswaniTransformerLearnedPositionalEmbedding(config.max_position_embeddings, config.d_model)
+            VaswaniTransformerLearnedPositionalEmbedding(config.max_position_embeddings, d_model, offset)
             if config.position_embedding_type == "learned"
-            else VaswaniTransformerSinusoidalPositionalEncoding(config.d_model)
+            else VaswaniTransformerSinusoidalPositionalEncoding(d_model, config.sinusoid_layout, offset)
         )
         self.dropout = dropout_module(config.dropout, config.fast_path)
         self.layers = nn.ModuleList(layers)

@@ -1,0 +1,8 @@
+"""Alias of the `vaswani-convert` command for a checkout: see `python scripts/convert.py --help`."""
+
+import sys
+
+from vaswani_transformer.cli.convert import main
+
+if __name__ == "__main__":
+    sys.exit(main())
