@@ -59,6 +59,8 @@ SIZES = {
     "encoder_ffn_dim": 32,
     "decoder_ffn_dim": 24,
 }
+# What this package's model holds: the stacks may differ in depth, not in width (one d_ff, one h).
+HOLDABLE_SIZES = SIZES | {"decoder_attention_heads": 4, "decoder_ffn_dim": 32}
 ARCHITECTURE = "transformer_vaswani_wmt_en_de_big"  # the released WMT16 model's, its sizes overridden
 
 
@@ -217,7 +219,7 @@ def fairseq_dictionary(merges: list[tuple[str, str]], scratch: Path) -> list[tup
 # --- the model and model.pt
 
 
-def random_fsmt_model(rows: int) -> FSMTForConditionalGeneration:
+def random_fsmt_model(rows: int, sizes: dict[str, int]) -> FSMTForConditionalGeneration:
     """A small FSMT model with one vocabulary and tied embeddings, every weight random (biases and layer norms
     too, so that a weight put in the wrong place changes the outputs)."""
     torch.manual_seed(52)
@@ -230,7 +232,7 @@ def random_fsmt_model(rows: int) -> FSMTForConditionalGeneration:
         dropout=0.3,
         attention_dropout=0.1,
         activation_dropout=0.0,
-        **SIZES,
+        **sizes,
     )
     model = FSMTForConditionalGeneration(config).eval()
     with torch.no_grad():
@@ -240,21 +242,21 @@ def random_fsmt_model(rows: int) -> FSMTForConditionalGeneration:
     return model
 
 
-def fairseq_options(legacy: bool, **changes: Any) -> dict[str, Any]:
+def fairseq_options(legacy: bool, sizes: dict[str, int], **changes: Any) -> dict[str, Any]:
     """The model's args as fairseq saves them (the legacy ones without the options added since 2018)."""
     options = {
         "arch": ARCHITECTURE,
         "task": "translation",
         "source_lang": LANGUAGES[0],
         "target_lang": LANGUAGES[1],
-        "encoder_embed_dim": SIZES["d_model"],
-        "decoder_embed_dim": SIZES["d_model"],
-        "encoder_ffn_embed_dim": SIZES["encoder_ffn_dim"],
-        "decoder_ffn_embed_dim": SIZES["decoder_ffn_dim"],
-        "encoder_layers": SIZES["encoder_layers"],
-        "decoder_layers": SIZES["decoder_layers"],
-        "encoder_attention_heads": SIZES["encoder_attention_heads"],
-        "decoder_attention_heads": SIZES["decoder_attention_heads"],
+        "encoder_embed_dim": sizes["d_model"],
+        "decoder_embed_dim": sizes["d_model"],
+        "encoder_ffn_embed_dim": sizes["encoder_ffn_dim"],
+        "decoder_ffn_embed_dim": sizes["decoder_ffn_dim"],
+        "encoder_layers": sizes["encoder_layers"],
+        "decoder_layers": sizes["decoder_layers"],
+        "encoder_attention_heads": sizes["encoder_attention_heads"],
+        "decoder_attention_heads": sizes["decoder_attention_heads"],
         "encoder_normalize_before": False,
         "decoder_normalize_before": False,
         "encoder_learned_pos": False,
@@ -279,8 +281,8 @@ def fairseq_options(legacy: bool, **changes: Any) -> dict[str, Any]:
             "no_token_positional_embeddings": False,
             "adaptive_softmax_cutoff": None,
             "cross_self_attention": False,
-            "decoder_input_dim": SIZES["d_model"],
-            "decoder_output_dim": SIZES["d_model"],
+            "decoder_input_dim": sizes["d_model"],
+            "decoder_output_dim": sizes["d_model"],
             "bpe": "subword_nmt",
             "tokenizer": "moses",
         }
@@ -366,10 +368,13 @@ def save_model_pt(path: Path, contents: dict, legacy: bool = False) -> None:
         torch.save(contents, path, _use_new_zipfile_serialization=not legacy)
 
 
-def make_fairseq_checkpoint(root: Path, layout: str = "args", **option_changes: Any) -> FairseqCheckpoint:
+def make_fairseq_checkpoint(
+    root: Path, layout: str = "args", sizes: dict[str, int] = SIZES, **option_changes: Any
+) -> FairseqCheckpoint:
     """The FSMT folder `root/fsmt` and the fairseq folder `root/fairseq` of one random model. `layout` is "args"
     (fairseq < 0.10), "cfg" (a cfg dict; "cfg-namespace" with the model's options as a Namespace) or "legacy"
-    (2018); `option_changes` change the model's args."""
+    (2018); `sizes` are the FSMT model's (encoder and decoder may differ, as fairseq's may; `HOLDABLE_SIZES` this
+    package's model can hold); `option_changes` change the model's args."""
     merges = learn_merges(Counter(moses_words(CORPUS)), MERGES)
     symbols = fairseq_dictionary(merges, root / "scratch")
     shutil.rmtree(root / "scratch")
@@ -380,7 +385,7 @@ def make_fairseq_checkpoint(root: Path, layout: str = "args", **option_changes: 
         fsmt_vocabulary[fsmt_piece(symbol)] = index
 
     fsmt_folder = root / "fsmt"
-    model = random_fsmt_model(rows)
+    model = random_fsmt_model(rows, sizes)
     tokenizer = write_tokenizer_files(fsmt_folder, fsmt_vocabulary, merges)
     model.save_pretrained(fsmt_folder)
     tokenizer.save_pretrained(fsmt_folder)
@@ -388,7 +393,7 @@ def make_fairseq_checkpoint(root: Path, layout: str = "args", **option_changes: 
     folder = root / "fairseq"
     folder.mkdir()
     marker = root / "fairseq-code-ran"
-    options = fairseq_options(layout == "legacy", **option_changes)
+    options = fairseq_options(layout == "legacy", sizes, **option_changes)
     save_model_pt(
         folder / "model.pt", checkpoint_contents(model, layout, options, marker), layout == "legacy"
     )

@@ -235,4 +235,7 @@ def convert_fairseq(
     with tempfile.TemporaryDirectory(prefix="vaswani-convert-") as staging:
         fsmt_folder = Path(staging) / "fsmt"
         write_fsmt_folder(Path(checkpoint_dir), fsmt_folder)
-        return convert_fsmt(fsmt_folder, out, overwrite=overwrite, choose=choose)
+        try:
+            return convert_fsmt(fsmt_folder, out, overwrite=overwrite, choose=choose)
+        except ValueError as error:  # a refusal names the folder the user gave, not the temporary one
+            raise ValueError(str(error).replace(str(fsmt_folder), str(checkpoint_dir))) from None
