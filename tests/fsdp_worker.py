@@ -12,13 +12,17 @@ tests/test_distributed.py trains the same batches in one process.
 
 import json
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
-from conftest import tiny_config
 
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+
+if not __package__:  # run as a script by the launcher: the checkout's root makes `tests` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.conftest import tiny_config  # noqa: E402  (after the path, for the launcher's run)
 
 STEPS, BATCH, LENGTH = 4, 8, 7
 

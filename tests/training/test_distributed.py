@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.commands.config.config_args import load_config_from_file
-from fsdp_worker import new_model, train_steps
 from safetensors.torch import load_file
 
 from tests.conftest import TINY, tatoeba_files
+from tests.fsdp_worker import new_model, train_steps
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 
 REPO = Path(__file__).resolve().parents[2]
