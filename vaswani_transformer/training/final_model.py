@@ -18,6 +18,7 @@ from ..evaluation.scoring import translate_and_score, write_scores
 from ..files import folder_written_whole, write_text_atomically
 from ..hub import push_to_hub
 from ..modeling.pipeline_vaswani_transformer import translate
+from ..plotting import plot_training_curve, training_losses_logged
 from .checkpoints import drop_scores, whole_checkpoints, write_average
 from .job_data import Corpora
 from .monitoring import TrainingCollapsed, collapse_check_step, translation_symptom
@@ -148,9 +149,15 @@ def evaluate_final_model(
 
 
 def write_training_run(
-    trainer: TokenBudgetSeq2SeqTrainer, train_seconds: float, folder: Path, precision: RunPrecision
+    trainer: TokenBudgetSeq2SeqTrainer,
+    train_seconds: float,
+    folder: Path,
+    precision: RunPrecision,
+    floor: float,
+    logging_steps: int,
 ) -> None:
-    """How the model was trained (steps, time, hardware, precision and why, versions), for its model card."""
+    """How the model was trained, for its model card: training_run.json (steps, time, hardware, precision and why,
+    versions) and the training curve (against the unigram `floor`)."""
     args = trainer.args
     if torch.cuda.is_available():
         hardware = f"{args.world_size} × {torch.cuda.get_device_name()}"
@@ -167,6 +174,20 @@ def write_training_run(
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
     write_text_atomically(folder / "training_run.json", json.dumps(run, indent=2) + "\n")
+    write_training_curve(trainer.state.log_history, folder, floor, logging_steps)
+
+
+def write_training_curve(log_history: list[dict], folder: Path, floor: float, logging_steps: int) -> None:
+    """training_curve.png in `folder`; none, said in the log, for a run that ended (on a time budget, say) before
+    its first logged loss."""
+    if not training_losses_logged(log_history):
+        logger.info(
+            f"no training curve: training ended before its first logged step (--logging_steps {logging_steps})"
+        )
+        return
+    plot_training_curve(
+        log_history, folder / "training_curve.png", unigram_floor=floor, choose="--output_dir"
+    )
 
 
 def push_final_model(options: TrainOptions, model_dir: Path) -> str | None:

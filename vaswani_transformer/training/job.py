@@ -25,7 +25,6 @@ from ..data.token_arrays import TokenizedPairs, tokenize_pairs
 from ..files import write_failures_named
 from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
 from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
-from ..plotting import plot_training_curve, training_losses_logged
 from .arguments import paper_training_arguments
 from .checkpoints import TRAINER_STATE_NAME
 from .checks import check_inputs
@@ -127,14 +126,7 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
         return None
 
     def record(folder: Path) -> None:
-        write_training_run(trainer, train_seconds, folder, precision)
-        if not training_losses_logged(trainer.state.log_history):
-            logger.info(
-                f"no training curve: training ended before its first logged step (--logging_steps {options.logging_steps})"
-            )
-            return
-        curve = folder / "training_curve.png"
-        plot_training_curve(trainer.state.log_history, curve, unigram_floor=floor, choose="--output_dir")
+        write_training_run(trainer, train_seconds, folder, precision, floor, options.logging_steps)
 
     model_dir = write_final_model(options, trainer, tokenizer, record)
     scores, dev_scores, examples = evaluate_final_model(options, model_dir, corpora, advice)
