@@ -62,6 +62,13 @@ def test_ctranslate2_on_a_gpu_without_cublas_12_is_refused_before_loading(
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.en"]  # no cache made, nothing written
 
 
+def test_the_python_translator_on_a_gpu_without_cublas_12_names_the_fix(
+    a_gpu_without_cublas_12, tmp_path
+) -> None:
+    with pytest.raises(ValueError, match="cannot load libcublas.so.12: install cuBLAS for CUDA 12"):
+        CTranslate2Translator(tmp_path / "not-read", device="cuda")  # refused before the folder is read
+
+
 def test_a_gpu_ctranslate2_cannot_see_is_named_as_a_driver_problem(monkeypatch, tmp_path, capsys) -> None:
     """PyTorch sees a GPU, CTranslate2's CUDA 12 runtime none (a driver older than CUDA 12): not "no GPU here"."""
     monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 0)

@@ -28,7 +28,7 @@ from ..files import folder_written_whole, read_json
 from ..modeling.generation_vaswani_transformer import TRANSFORMERS_MAX_LENGTH, generation_setting
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE, length_sorted_batches
 from .conversion_cache import cached_conversion, conversion_cache_dir, model_file_hashes, model_folder
-from .ctranslate2_cuda import library_error
+from .ctranslate2_cuda import cublas_12_problem, library_error
 
 # CTranslate2's weight types (`--quantization` of vaswani-export-ctranslate2) and the activations it implements
 WEIGHT_TYPES = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16")
@@ -299,6 +299,8 @@ class CTranslate2Translator:
         self, folder: str | Path, *, device: str = "cpu", compute_type: str = "default", **options: Any
     ):
         ctranslate2 = _ctranslate2()
+        if device == "cuda" and (problem := cublas_12_problem(device)):  # opens the pip wheel's cuBLAS 12
+            raise ValueError(problem)
         folder = Path(folder)
         if device == "cpu":
             options = {"intra_threads": 1, "inter_threads": cpu_count(), **options}
