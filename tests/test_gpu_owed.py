@@ -662,3 +662,27 @@ def test_the_default_run_prints_the_decision_in_a_tiny_mode(monkeypatch, capsys,
     assert "| decoding beam 4, batch (sentences/s) | ours, CUDA graphs | 3000 | 900 | 3.33× |" in decided
     assert "- decoding default on CUDA: CUDA graphs" in decided
     assert (tmp_path / "decision.md").read_text().strip() in decided
+
+
+@pytest.mark.slow
+def test_the_decision_reads_the_benchmarks_as_they_print_now(tmp_path) -> None:
+    """The deciding benchmarks run for real in miniature on the CPU (decoding with CTranslate2, the training step
+    without the job): the decision table gets their rows, so a changed or broken benchmark shows here."""
+    tiny = ["--preset", "tiny", "--vocab_size", "1000", "--dtype", "bfloat16", "--repeats", "1"]
+    commands = {
+        PLAIN: ["benchmarks/bench_decoding.py", *tiny, "--batch", "4", "--new_tokens", "4", "--ctranslate2"],
+        EAGER: ["benchmarks/bench_training.py", *tiny, "--batch", "4", "--length", "8", "--skip_job"],
+    }
+    outputs = {}
+    for item, argv in commands.items():
+        run = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        outputs[item] = run.stdout
+    outputs[CT2] = outputs[PLAIN]  # its CTranslate2 rows
+    text = decision(outputs, dict.fromkeys(DECIDING, "ran"))
+    measures = {tuple(line.split(" | ")[:2]) for line in text.splitlines() if line.startswith("| ")}
+    assert ("| training step (target tokens/s)", "eager") in measures
+    for path in ("ours, plain generate()", "CTranslate2 float32", "CTranslate2 int8"):
+        for cell in ("beam 4, batch (sentences/s)", "greedy, 1 sentence (ms)"):
+            assert (f"| decoding {cell}", path) in measures, (cell, path)
+    assert "decoding default: not decided (decoding-base-compiled-bf16 has no figures)" in text
