@@ -242,6 +242,12 @@ def ctranslate2_twins(
     import ctranslate2
 
     from vaswani_transformer.engines.ctranslate2 import ctranslate2_spec
+    from vaswani_transformer.engines.ctranslate2_cuda import cublas_12_problem
+
+    if args.device != "cpu" and (
+        problem := cublas_12_problem(args.device)
+    ):  # opens the pip wheel's cuBLAS 12
+        raise SystemExit(f"error: {problem}")
 
     class NumberedTokens:  # what the export reads of a tokenizer
         unk_token = "t1"

@@ -208,7 +208,8 @@ def sdpa_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 
 
 def eager_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    module = SimpleNamespace(is_causal=True, training=True)
+    # the model's attention reads its config's fast_path (its dropout function); the default config's
+    module = SimpleNamespace(is_causal=True, training=True, config=VaswaniTransformerConfig())
     eager_attention_forward(module, q, k, v, None, scaling=q.shape[-1] ** -0.5)[0].sum().backward()
 
 

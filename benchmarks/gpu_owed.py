@@ -1,7 +1,7 @@
 r"""The figures still owed from a GPU, in one command: runs the items below on a CUDA machine within a time budget
 and prints one table (item, command, status, wall seconds, the figures read from its output, target, met?).
 
-    python benchmarks/gpu_owed.py                          # CUDA: the items that fit in 10 minutes, in order
+    python benchmarks/gpu_owed.py                          # CUDA: the decision run, 9 minutes (below)
     python benchmarks/gpu_owed.py --items main-job         # these items (still within --budget_minutes)
     python benchmarks/gpu_owed.py --dry_run                # anywhere: the plan, and commands that cover it all
 
@@ -12,6 +12,11 @@ each one left out its exact command and why. Items run one at a time, alone on t
 not disturb each other. Without CUDA, or with --dry_run, nothing runs: the plan is printed (each item's command,
 budget and whether the run takes it) with a few commands of at most --budget_minutes that cover the whole list.
 Items needing more GPUs than the machine has, or a module it lacks (ctranslate2), are skipped with the reason.
+
+The default run decides the CUDA defaults (issue 53): its items, first in the list, measure side by side with
+MarianMTModel the `base` training step and a short job, eager and compiled, and decoding with plain generate(),
+CUDA graphs and CTranslate2, beam 4 and greedy, at batch 64 and for one sentence; after the item table it prints
+one side-by-side table and the defaults it recommends (gpu_decision.py), also written to decision.md.
 
 Each item's output goes to ITEM.log in --log_dir (with the GPU utilisation samples of the main job), and the table
 to table.md and results.json there; a figure not found in a log shows "see log". Multi30k is read from --data_dir
@@ -37,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from gpu_decision import DECIDING, decision
 from output_figures import (
     Figure,
     Target,
@@ -54,7 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 # The recipes' default Multi30k folder, relative to the repository root, where the items run.
 DEFAULT_DATA_DIR = "../shared/data"
 RUNS = "runs/gpu-owed"
-BUDGET_MINUTES = 10.0  # the default: what one command may run on the lent GPU machine
+BUDGET_MINUTES = 9.0  # the default: one command on the lent GPU machine (10 minutes at most) and its start-up
 TRAINING_PROGRESS = r"step \d+/\d+ "  # scripts/train.py's progress lines, printed during its training loop
 
 
@@ -72,6 +78,7 @@ class Item:
     data_flag: str | None = None  # how the command takes --data_dir ("{}": the folder) when it reads Multi30k
     modules: tuple[str, ...] = ()
     gpus: int = 1
+    check: Callable[[], str | None] | None = None  # why this machine cannot run it (beyond modules), or None
     after: str | None = None  # an item that must succeed first, in the same run
     sample_gpu_busy: bool = False
 
@@ -111,6 +118,16 @@ def bench_training(name: str, flags: str, budget_s: int, mfu_target: float | Non
     )
 
 
+def ctranslate2_cuda_problem() -> str | None:
+    """Why CTranslate2 cannot decode on this machine's GPU (no cuBLAS 12: docs/engines.md), or None; the plan
+    without CUDA is for the lent machine, so nothing is checked there."""
+    if not torch.cuda.is_available() or importlib.util.find_spec("ctranslate2") is None:
+        return None
+    from vaswani_transformer.engines.ctranslate2_cuda import cublas_12_problem
+
+    return cublas_12_problem("cuda")
+
+
 def bench_decoding(name: str, flags: str, budget_s: int, targets: bool) -> Item:
     """An item of benchmarks/bench_decoding.py on the GPU, with issue 9's GPU targets or none."""
     return Item(
@@ -129,6 +146,7 @@ def bench_decoding(name: str, flags: str, budget_s: int, targets: bool) -> Item:
         if targets
         else (),
         modules=("ctranslate2",) if "--ctranslate2" in flags else (),
+        check=ctranslate2_cuda_problem if "--ctranslate2" in flags else None,
     )
 
 
@@ -176,7 +194,24 @@ BASE_STEP = (
     "--dtype bfloat16 --preset base --vocab_size 37000 --batch 384 --length 64"  # issue 8's GPU shapes
 )
 BIG_STEP = "--dtype bfloat16 --preset big --vocab_size 37000 --batch 384 --length 64"
+DECIDE_STEPS = "--max_tokens 8192 --steps 100 --peak_tflops 989"  # a short job: the decision run's 9 minutes
 ITEMS: tuple[Item, ...] = (
+    # The decision run (gpu_decision.py), 540 s of budgets: what fits 9 minutes, compiling included.
+    bench_training("decide-training-eager", f"{BASE_STEP} {DECIDE_STEPS}", 90, mfu_target=None),
+    bench_training(
+        "decide-training-compiled", f"{BASE_STEP} {DECIDE_STEPS} --torch_compile", 165, mfu_target=None
+    ),
+    bench_decoding("decoding-base-bf16", "--dtype bfloat16 --vocab_size 37000 --batch 64", 75, targets=True),
+    bench_decoding(  # CUDA graphs: both models, 2 beam counts × 2 batch sizes, compiled in the untimed rounds
+        "decoding-base-compiled-bf16", "--dtype bfloat16 --vocab_size 37000 --batch 64 --compile", 135, True
+    ),
+    # Its own item, so that the others run without ctranslate2 or cuBLAS 12 (docs/engines.md, "On a GPU").
+    bench_decoding(
+        "decoding-base-ctranslate2",
+        "--dtype bfloat16 --vocab_size 37000 --batch 64 --ctranslate2",
+        75,
+        targets=True,
+    ),
     Item(
         "gpu-tests",
         "python -m pytest -m gpu",
@@ -197,17 +232,8 @@ ITEMS: tuple[Item, ...] = (
         150,  # 101 s on an H200 (2026-11-26)
         mfu_target=40,
     ),
-    bench_decoding("decoding-base-bf16", "--dtype bfloat16 --vocab_size 37000 --batch 64", 120, targets=True),
     bench_training("training-cpu-shapes-bf16", "--dtype bfloat16", 60, mfu_target=None),  # 35 s on an H200
     bench_decoding("decoding-cpu-shapes-bf16", "--dtype bfloat16 --repeats 5", 90, targets=False),
-    # The lent GPU machines have no ctranslate2 (and its wheels are built for CUDA 12): its rows are an item of
-    # their own, so that the items above run without it.
-    bench_decoding(
-        "decoding-base-ctranslate2",
-        "--dtype bfloat16 --vocab_size 37000 --batch 64 --ctranslate2",
-        180,
-        targets=True,
-    ),
     bench_training("training-cpu-shapes-fp32", "--dtype float32", 60, mfu_target=None),
     bench_decoding("decoding-cpu-shapes-fp32", "--dtype float32 --repeats 5", 90, targets=False),
     training_run(
@@ -226,9 +252,6 @@ ITEMS: tuple[Item, ...] = (
         "≥ 41 tokenised BLEU, trained ≤ 10 min",
         540,  # 451 s on an H200 sharing it with the main-job item (2026-11-27)
         MULTI30K_BLEU,
-    ),
-    bench_decoding(
-        "decoding-base-compiled-bf16", "--dtype bfloat16 --vocab_size 37000 --batch 64 --compile", 540, True
     ),
     bench_training(
         "training-base-compiled-bf16",
@@ -331,7 +354,8 @@ def unrunnable(item: Item, gpus: int) -> str | None:
     missing = [module for module in item.modules if importlib.util.find_spec(module) is None]
     if missing:
         return f"skipped: needs {', '.join(missing)} (pip install {' '.join(missing)})"
-    return None
+    problem = item.check() if item.check is not None else None
+    return f"skipped: {problem}" if problem else None
 
 
 def plan(items: Sequence[Item], budget_s: float, gpus: int) -> dict[str, str | None]:
@@ -704,6 +728,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, o in outcomes.items()
     }
     write_atomically(log_dir / "results.json", json.dumps(records, indent=1))
+    deciding = {item.name: outcomes[item.name] for item in args.selected if item.name in DECIDING}
+    if deciding:
+        text = decision(
+            {name: o.log.read_text(encoding="utf-8") for name, o in deciding.items() if o.log is not None},
+            {name: o.status for name, o in deciding.items()},
+        )
+        print("\nSide by side with MarianMTModel (bfloat16):\n\n" + text)
+        write_atomically(log_dir / "decision.md", text + "\n")
     return 1 if any(o.status.startswith("failed") for o in outcomes.values()) else 0
 
 

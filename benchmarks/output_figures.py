@@ -232,3 +232,58 @@ def busy_figures(
     if inside:
         figures.append(percent("GPU busy (training)", statistics.fmean(inside)))
     return figures
+
+
+# Absolute speeds, for gpu_decision.py's side-by-side table (paths measured in different commands).
+DECODING_SPEED_ROW = re.compile(
+    r"^(?P<name>\S.*?)\s+beam (?P<beams>\d+):\s+[\d.]+ ms\s+(?P<sps>[\d.]+) sentences/s\s+[\d.]+ output tokens/s"
+    r"\s+latency \(1 sentence\)\s+(?P<latency>[\d.]+) ms"
+)
+
+
+def decoding_speeds(output: str) -> dict[tuple[str, int], tuple[float, float]]:
+    """bench_decoding.py's rows: (run name, beams) → (sentences/s at --batch, single-sentence latency in ms)."""
+    return {
+        (match["name"], int(match["beams"])): (float(match["sps"]), float(match["latency"]))
+        for line in output.splitlines()
+        if (match := DECODING_SPEED_ROW.match(line))
+    }
+
+
+TRAINING_SPEED_ROW = re.compile(
+    r"^\s+(?P<name>(?:ours|Marian)(?: \w+)?)\s+[\d.]+M params\s+step\s+[\d.]+ ms\s+(?P<tps>[\d.]+) target tokens/s"
+)
+
+
+@dataclass(frozen=True)
+class TrainingSpeeds:
+    """bench_training.py's figures: each model step's target tokens/s by row name, and the job's token budget per
+    batch, steps, wall seconds (start-up and compiling included), loop tokens/s and share of the model step
+    (None: not printed)."""
+
+    step: dict[str, float]
+    job_batch_tokens: int | None = None
+    job_steps: int | None = None
+    job_seconds: float | None = None
+    job_tokens_per_s: float | None = None
+    job_share: float | None = None
+
+
+def training_speeds(output: str) -> TrainingSpeeds:
+    """bench_training.py's step rows and job lines, read as numbers."""
+    step = {
+        match["name"]: float(match["tps"])
+        for line in output.splitlines()
+        if (match := TRAINING_SPEED_ROW.match(line))
+    }
+    job = re.search(r"^\(b\) job .*?, (\d+) tokens per batch, (\d+) steps in ([\d.]+) s", output, flags=re.M)
+    loop = re.search(r"^\s+job loop\s+([\d.]+) target tokens/s", output, flags=re.M)
+    share = re.search(r"^\s+job / model step: (\d+)%", output, flags=re.M)
+    return TrainingSpeeds(
+        step,
+        int(job[1]) if job else None,
+        int(job[2]) if job else None,
+        float(job[3]) if job else None,
+        float(loop[1]) if loop else None,
+        float(share[1]) if share else None,
+    )

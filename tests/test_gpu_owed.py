@@ -25,21 +25,24 @@ from vaswani_transformer.training import check_inputs
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu_owed  # noqa: E402
+from gpu_decision import COMPILED, CT2, DECIDING, EAGER, GRAPHS, PLAIN, decision  # noqa: E402
 from gpu_owed import ITEMS, Item, covering_commands, plan, results_table, run_plan  # noqa: E402
 from output_figures import (  # noqa: E402
     Target,
     busy_figures,
     decoding_figures,
+    decoding_speeds,
     failure_reason,
     init_study_figures,
     pytest_figures,
     train_figures,
     training_speed_figures,
+    training_speeds,
     verdict,
 )
 
 SAMPLES = Path(__file__).parent / "samples" / "gpu_owed"
-BUDGET_S = 600
+BUDGET_S = int(gpu_owed.BUDGET_MINUTES * 60)  # the default run: 9 minutes
 BY_NAME = {item.name: item for item in ITEMS}
 
 
@@ -93,7 +96,7 @@ def test_without_cuda_the_plan_lists_every_item_and_runs_nothing(monkeypatch, ca
         assert f"{item.budget_s / 60:g} min" in row
     fates = plan(ITEMS, BUDGET_S, gpus=1)
     taken = [item.name for item in ITEMS if fates[item.name] is None]
-    assert f"{len(taken)} of {len(ITEMS)} items fit the 10-minute budget" in out
+    assert f"{len(taken)} of {len(ITEMS)} items fit the 9-minute budget" in out
     for item in ITEMS:
         row = next(line for line in out.splitlines() if line.startswith(f"| {item.name} |"))
         assert row.endswith("| yes |" if item.name in taken else f"| {fates[item.name][9:]} |")
@@ -102,7 +105,7 @@ def test_without_cuda_the_plan_lists_every_item_and_runs_nothing(monkeypatch, ca
 def test_the_default_run_takes_items_in_order_while_their_budgets_fit() -> None:
     fates = plan(ITEMS, BUDGET_S, gpus=1)
     taken = [item for item in ITEMS if fates[item.name] is None]
-    assert taken and taken[0].name == "gpu-tests"
+    assert [item.name for item in taken] == list(DECIDING)  # the decision run
     assert sum(item.budget_s for item in taken) <= BUDGET_S
     left = BUDGET_S
     for item in ITEMS:  # greedy in list order: an item is left out only when it no longer fits
@@ -139,7 +142,7 @@ def test_items_select_and_the_budget_still_applies(monkeypatch, capsys) -> None:
     assert status == 0
     rows = [line for line in out.splitlines() if line.startswith("| ") and "`" in line]
     assert [row.split(" | ")[0] for row in rows] == ["| main-job", "| multi30k"]  # in the list's order
-    assert rows[0].endswith("| yes |") and rows[1].endswith("| budget |")  # 9 + 9 minutes > 10
+    assert rows[0].endswith("| yes |") and rows[1].endswith("| budget |")  # 9 + 9 minutes > 9
     assert "1 of 2 items fit" in out
 
 
@@ -155,7 +158,7 @@ def test_a_dependent_item_needs_its_predecessor_in_the_same_run() -> None:
 def test_unknown_items_are_refused_with_the_choices(monkeypatch, capsys) -> None:
     status, _, err = run_main(["--items", "main-job,no-such-item"], monkeypatch, capsys)
     assert status == 2
-    assert "unknown item(s) no-such-item: choose from gpu-tests, training-base-bf16" in err
+    assert "unknown item(s) no-such-item: choose from decide-training-eager, decide-training-compiled" in err
     status, _, err = run_main(["--budget_minutes", "0"], monkeypatch, capsys)
     assert status == 2 and "--budget_minutes must be positive" in err
 
@@ -485,3 +488,201 @@ def test_gpu_busy_over_the_command_and_over_the_training_loop() -> None:
     figures = values(busy_figures(samples, lines, gpu_owed.TRAINING_PROGRESS))
     assert figures == {"GPU busy (command)": pytest.approx(370 / 8), "GPU busy (training)": 92.5}
     assert busy_figures([], lines, gpu_owed.TRAINING_PROGRESS) == []  # no nvidia-smi: no figure
+
+
+# The decision run (issue 53): side by side with MarianMTModel, and the defaults it recommends
+
+
+def decoding_output(speeds: dict[str, tuple[float, float, float, float]]) -> str:
+    """bench_decoding.py's rows, printed by its own `report`: run → (beam 4 sentences/s, beam 4 latency ms,
+    greedy sentences/s, greedy latency ms), batch 64, 20 tokens."""
+    import contextlib
+    import io
+
+    from bench_decoding import report
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        for beams, (rate, latency) in ((4, (0, 1)), (1, (2, 3))):
+            for name, figures in speeds.items():
+                seconds = 64 / figures[rate]
+                report(name, beams, 64, 20, seconds, figures[latency] / 1e3, 900.0, 0.2)
+    return printed.getvalue()
+
+
+def training_output(ours: float, marian: float, steps: int, seconds: float, loop: float, share: int) -> str:
+    """bench_training.py's step rows and job lines (the format of tests/samples/gpu_owed/bench_training_auto.txt)."""
+    rows = [
+        ("ours bfloat16", 60.5, ours),
+        ("Marian float32", 61.2, marian / 2),
+        ("Marian bfloat16", 61.2, marian),
+    ]
+    lines = [
+        f"    {name:16s} {params:7.2f}M params  step {24576 / rate * 1e3:8.1f} ms  {rate:9.0f} target tokens/s  "
+        f"{100.0:7.3f} TFLOP/s  MFU  20.0% ( 10.0% of 989 TFLOP/s)  peak     9000 MB"
+        for name, params, rate in rows
+    ]
+    lines += [
+        f"(b) job on Multi30k, preset base, BPE 37000, 8192 tokens per batch, {steps} steps in {seconds:.1f} s "
+        "(start-up included)",
+        f"    job loop {loop:9.0f} target tokens/s (log windows after the first)",
+        f"    model step alone on the same loader's batches {loop * 100 / share:9.0f} target tokens/s",
+        f"    job / model step: {share}%",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+FAST_GRAPHS = {
+    PLAIN: decoding_output({"ours bfloat16": (1000, 120, 1500, 90), "marian bfloat16": (900, 110, 1400, 80)}),
+    GRAPHS: decoding_output({"ours bfloat16": (3000, 30, 4000, 25), "marian bfloat16": (2500, 35, 3000, 30)}),
+    CT2: decoding_output(
+        {
+            "ours bfloat16": (1000, 120, 1500, 90),
+            "marian bfloat16": (900, 110, 1400, 80),
+            "ct2 bfloat16": (6000, 15, 8000, 10),
+            "ct2 int8": (5000, 18, 7000, 12),
+        }
+    ),
+    EAGER: training_output(300_000, 250_000, 100, 60.0, 230_000, 77),
+    COMPILED: training_output(390_000, 250_000, 100, 80.0, 380_000, 95),
+}
+
+
+def test_the_decision_readers_read_the_benchmarks_real_output() -> None:
+    speeds = decoding_speeds(sample("bench_decoding_auto.txt"))
+    assert speeds[("ours bfloat16", 4)] == (94.8, 14.6) and speeds[("ct2 int8", 1)] == (2616.4, 0.5)
+    assert len(speeds) == 10
+    auto = training_speeds(sample("bench_training_auto.txt"))
+    assert auto.step == {
+        "ours bfloat16": 855,
+        "Marian float32": 1286,
+        "ours float32": 1185,
+        "Marian bfloat16": 1339,
+    }
+    job = (auto.job_batch_tokens, auto.job_steps, auto.job_seconds, auto.job_tokens_per_s, auto.job_share)
+    assert job == (512, 6, 0.9, 5126, 77)
+    assert training_speeds(training_output(3e5, 2.5e5, 100, 60.0, 2.3e5, 77)).step["Marian bfloat16"] == 2.5e5
+
+
+def test_the_side_by_side_table_has_a_row_per_path_and_measure() -> None:
+    text = decision(FAST_GRAPHS, dict.fromkeys(DECIDING, "ran"))
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| ") and "---" not in line][
+        1:
+    ]
+    table = {(row[0][2:], row[1]): (row[2], row[3], row[4].rstrip(" |")) for row in rows}
+    assert table[("decoding beam 4, batch (sentences/s)", "ours, plain generate()")] == (
+        "1000",
+        "900",
+        "1.11×",
+    )
+    assert table[("decoding beam 4, batch (sentences/s)", "ours, CUDA graphs")] == ("3000", "900", "3.33×")
+    assert table[("decoding beam 4, 1 sentence (ms)", "ours, CUDA graphs")] == ("30", "110", "3.67×")  # lower
+    assert table[("decoding greedy, batch (sentences/s)", "CTranslate2 bfloat16")] == (
+        "8000",
+        "1400",
+        "5.71×",
+    )
+    assert table[("training step (target tokens/s)", "compiled (--torch_compile)")] == (
+        "390000",
+        "250000",
+        "1.56×",
+    )
+    assert table[("training job loop (target tokens/s)", "eager")] == (
+        "230000 (77% of the step alone)",
+        "250000",
+        "0.92×",
+    )
+    assert table[("training job, 100 steps, compiling included (s)", "compiled (--torch_compile)")][0] == "80"
+    paths = {"ours, plain generate()", "ours, CUDA graphs", "CTranslate2 bfloat16", "CTranslate2 int8"}
+    for measure in ("beam 4, batch", "beam 4, 1 sentence", "greedy, batch", "greedy, 1 sentence"):
+        assert {path for found, path in table if found.startswith(f"decoding {measure}")} == paths
+    assert len(rows) == 4 * 4 + 3 * 2
+
+
+def test_the_recommendations_follow_the_timings() -> None:
+    text = decision(FAST_GRAPHS, dict.fromkeys(DECIDING, "ran"))
+    assert (
+        "- training job on CUDA: eager (100 steps in 60 s eager, 80 s compiled, compiling included)" in text
+    )
+    # 8192 / 230k s a step eager, 8192 / 380k compiled; compiled's fixed seconds are 21.4 more: about 1,523 steps
+    assert (
+        "\n  the compiled loop is 1.65× eager's: --torch_compile pays in jobs longer than about 1,523 steps"
+        in text
+    )
+    assert "- decoding default on CUDA: CUDA graphs (beam 4: 1000 → 3000 sentences/s" in text
+    assert "- engine: CTranslate2 bfloat16 is faster than the default PyTorch path (2.00× at beam 4" in text
+    assert "target: decoding ≥ 3× Marian's sentences/s at batch 64, beam 4: 3.33 (met)" in text
+    assert "one sentence, beam 4: 3.67 (met)" in text
+    assert "CTranslate2 (float) ≥ 5× Marian at batch 64, beam 4: 6.67 (met)" in text
+    assert "the base job ≥ 1.5× Marian's step rate: 1.52 (met)" in text  # the compiled loop, 380k / 250k
+    assert "the job at ≥ 90% of the step alone: 95.00 (met)" in text
+    # Compiling that pays within the job; CUDA graphs slower for one sentence; no CTranslate2 run.
+    slower_single = decoding_output(
+        {"ours bfloat16": (3000, 150, 4000, 25), "marian bfloat16": (2500, 35, 3000, 30)}
+    )
+    changed = FAST_GRAPHS | {
+        COMPILED: training_output(390_000, 250_000, 100, 50.0, 380_000, 95),
+        GRAPHS: slower_single,
+    }
+    del changed[CT2]
+    statuses = dict.fromkeys(DECIDING, "ran") | {CT2: "skipped: needs ctranslate2"}
+    text = decision(changed, statuses)
+    assert "- training job on CUDA: --torch_compile (100 steps in 60 s eager, 50 s compiled" in text
+    assert "pays in jobs longer" not in text  # it paid within the measured job
+    assert (
+        "- decoding default on CUDA: plain generate() (beam 4: 1000 → 3000 sentences/s at batch 64, 120 → 150 ms"
+        in text
+    )
+    assert (
+        "engine:" not in text
+        and "not measured: decoding-base-ctranslate2 (skipped: needs ctranslate2)" in text
+    )
+    assert "CTranslate2 (float) ≥ 5× Marian at batch 64, beam 4: not measured" in text
+    assert "target: decoding ≥ 3× Marian's sentences/s at batch 64, beam 4: 1.11 (missed)" in text  # plain's
+    # Nothing measured: nothing decided.
+    nothing = decision({}, dict.fromkeys(DECIDING, "failed: out of its budget, stopped after 90 s"))
+    assert "(nothing measured)" in nothing and "training job: not decided (decide-training-eager" in nothing
+    assert "decoding default: not decided (decoding-base-bf16 has no figures)" in nothing
+
+
+def test_the_default_run_prints_the_decision_in_a_tiny_mode(monkeypatch, capsys, tmp_path) -> None:
+    """The decision run end to end with small commands standing in for the GPU ones (printing synthetic figures
+    in the benchmarks' formats): the item table, then the side-by-side table and the recommendations."""
+    stand_ins = tuple(
+        python_item(name, f"import sys; sys.stdout.write({FAST_GRAPHS[name]!r})", 60, decoding_figures)
+        for name in DECIDING
+    )
+    monkeypatch.setattr(gpu_owed, "ITEMS", stand_ins)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert gpu_owed.main(["--log_dir", str(tmp_path), "--data_dir", "/nowhere"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"[{index}/5] {name}: ran" in out for index, name in enumerate(DECIDING, 1))
+    decided = out[out.index("Side by side with MarianMTModel") :]
+    assert "| decoding beam 4, batch (sentences/s) | ours, CUDA graphs | 3000 | 900 | 3.33× |" in decided
+    assert "- decoding default on CUDA: CUDA graphs" in decided
+    assert (tmp_path / "decision.md").read_text().strip() in decided
+
+
+@pytest.mark.slow
+def test_the_decision_reads_the_benchmarks_as_they_print_now(tmp_path) -> None:
+    """The deciding benchmarks run for real in miniature on the CPU (decoding with CTranslate2, the training step
+    without the job): the decision table gets their rows, so a changed or broken benchmark shows here."""
+    tiny = ["--preset", "tiny", "--vocab_size", "1000", "--dtype", "bfloat16", "--repeats", "1"]
+    commands = {
+        PLAIN: ["benchmarks/bench_decoding.py", *tiny, "--batch", "4", "--new_tokens", "4", "--ctranslate2"],
+        EAGER: ["benchmarks/bench_training.py", *tiny, "--batch", "4", "--length", "8", "--skip_job"],
+    }
+    outputs = {}
+    for item, argv in commands.items():
+        run = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        outputs[item] = run.stdout
+    outputs[CT2] = outputs[PLAIN]  # its CTranslate2 rows
+    text = decision(outputs, dict.fromkeys(DECIDING, "ran"))
+    measures = {tuple(line.split(" | ")[:2]) for line in text.splitlines() if line.startswith("| ")}
+    assert ("| training step (target tokens/s)", "eager") in measures
+    for path in ("ours, plain generate()", "CTranslate2 float32", "CTranslate2 int8"):
+        for cell in ("beam 4, batch (sentences/s)", "greedy, 1 sentence (ms)"):
+            assert (f"| decoding {cell}", path) in measures, (cell, path)
+    assert "decoding default: not decided (decoding-base-compiled-bf16 has no figures)" in text

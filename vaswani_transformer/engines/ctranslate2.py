@@ -28,6 +28,7 @@ from ..files import folder_written_whole, read_json
 from ..modeling.generation_vaswani_transformer import TRANSFORMERS_MAX_LENGTH, generation_setting
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE, length_sorted_batches
 from .conversion_cache import cached_conversion, conversion_cache_dir, model_file_hashes, model_folder
+from .ctranslate2_cuda import cublas_12_problem, library_error
 
 # CTranslate2's weight types (`--quantization` of vaswani-export-ctranslate2) and the activations it implements
 WEIGHT_TYPES = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16")
@@ -298,6 +299,8 @@ class CTranslate2Translator:
         self, folder: str | Path, *, device: str = "cpu", compute_type: str = "default", **options: Any
     ):
         ctranslate2 = _ctranslate2()
+        if device == "cuda" and (problem := cublas_12_problem(device)):  # opens the pip wheel's cuBLAS 12
+            raise ValueError(problem)
         folder = Path(folder)
         if device == "cpu":
             options = {"intra_threads": 1, "inter_threads": cpu_count(), **options}
@@ -311,11 +314,25 @@ class CTranslate2Translator:
                 str(folder), device=device, compute_type=compute_type, **options
             )
         except RuntimeError as error:  # e.g. a cut model.bin
+            if problem := library_error(error, device):
+                raise problem from None
             raise ValueError(f"{folder / 'model.bin'} cannot be loaded ({error}): {EXPORT_AGAIN}.") from None
         # CTranslate2 sets the process's OpenMP thread count to its intra_threads, which PyTorch shares: without
         # this, PyTorch would compute on one thread from here on. Its own workers keep their setting.
         torch.set_num_threads(torch_threads)
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        if device == "cuda":
+            self._open_gpu_libraries()
+
+    def _open_gpu_libraries(self) -> None:
+        """Decode one token now: CTranslate2 opens cuBLAS at its first batch on a GPU, and a missing library
+        must be refused before decoding starts, naming the fix (`ctranslate2_cuda`), not halfway through it."""
+        try:
+            self.translator.translate_batch([[self.tokenizer.eos_token]], beam_size=1, max_decoding_length=1)
+        except RuntimeError as error:
+            if problem := library_error(error, "cuda"):
+                raise problem from None
+            raise
 
     def translate(
         self,

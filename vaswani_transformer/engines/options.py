@@ -10,6 +10,7 @@ import torch
 
 from ..files import check_cache_folder
 from .ctranslate2 import CTRANSLATE2_EXTRA
+from .ctranslate2_cuda import cublas_12_problem
 from .onnx_export import ONNX_EXTRA
 from .quantization import INT8_EXTRA
 
@@ -126,14 +127,29 @@ def _check_ctranslate2_options(options: EngineOptions) -> None:
         raise ValueError(f"--engine ctranslate2 needs CTranslate2: {CTRANSLATE2_EXTRA}.")
     import ctranslate2
 
+    _check_ctranslate2_sees_the_gpu(options.device, ctranslate2.get_cuda_device_count())
     check_device(options.device, ctranslate2.get_cuda_device_count())  # what CTranslate2 sees, no mps
     device, _ = ctranslate2_device(options.device)
+    if device == "cuda" and (problem := cublas_12_problem(options.device)):
+        raise ValueError(problem)
     compute_type = ctranslate2_compute_type(options.quantize, options.dtype, device)
     supported = sorted(ctranslate2.get_supported_compute_types(device))
     if compute_type not in supported:
         raise ValueError(
             f"CTranslate2 cannot compute in {compute_type} on this {device} (it can: {', '.join(supported)}): "
             "use --dtype auto."
+        )
+
+
+def _check_ctranslate2_sees_the_gpu(device: str, ctranslate2_count: int) -> None:
+    """--device cuda where PyTorch sees a GPU but CTranslate2 none: its wheels run CUDA 12 code, which needs a
+    driver of CUDA 12 or newer (check_device would say the machine has no GPU)."""
+    torch_count = torch.cuda.device_count()
+    if device.startswith("cuda") and not ctranslate2_count and torch_count:
+        raise ValueError(
+            f"--device {device}: CTranslate2 sees no CUDA GPU where PyTorch sees {torch_count}: its wheels run "
+            "CUDA 12 code and need an NVIDIA driver for CUDA 12 or newer (nvidia-smi shows the driver's CUDA "
+            "version); or use --device cpu, or --engine torch."
         )
 
 
