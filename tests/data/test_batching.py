@@ -1,5 +1,7 @@
 """§5.1 token-budget batches, and the bounded shapes a compiled job pads them to (`ShapeBuckets`)."""
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -46,16 +48,18 @@ def test_unbucketed_batches_are_the_plain_greedy_packing() -> None:
     assert list(sampler) == greedy_batches(order, longest, 1000)
 
 
-@pytest.mark.parametrize(("longest", "multiple"), [(20, 16), (128, 16), (129, 32), (256, 32), (300, 48)])
-def test_bucketed_batches_take_at_most_eight_shapes_and_keep_every_pair(longest: int, multiple: int) -> None:
+@pytest.mark.parametrize("longest", [5, 20, 128, 256, 300])
+def test_bucketed_batches_take_at_most_eight_shapes_and_keep_every_pair(longest: int) -> None:
     pairs = random_pairs(600, longest, seed=longest)
     longest_side = np.maximum(pairs.source_lengths, pairs.target_lengths)
     buckets = ShapeBuckets.for_lengths(longest_side, max_tokens=1536)
     shapes = buckets.shapes(longest_side)
-    assert buckets.multiple == multiple and 1 <= len(shapes) <= MAX_COMPILED_SHAPES
-    assert all(length % 16 == 0 and rows == max(1, 1536 // length) for rows, length in shapes)
+    assert 1 <= len(buckets.lengths) <= MAX_COMPILED_SHAPES and len(shapes) <= len(buckets.lengths)
+    assert all(length % 8 == 0 for length in buckets.lengths)
+    assert buckets.lengths[-1] - 8 < longest_side.max() <= buckets.lengths[-1]
+    assert all(rows == max(1, 1536 // length) for rows, length in shapes)
     sampler = TokenBudgetBatchSampler(
-        pairs.source_lengths, pairs.target_lengths, 1536, seed=1, length_multiple=buckets.multiple
+        pairs.source_lengths, pairs.target_lengths, 1536, seed=1, length_buckets=buckets
     )
     dataset = PaddedPairBatches(pairs, PAD)
     loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=BucketCollator(buckets, PAD))
@@ -74,13 +78,36 @@ def test_bucketed_batches_take_at_most_eight_shapes_and_keep_every_pair(longest:
     assert sorted(seen) == list(range(len(pairs)))
 
 
+def padding(lengths: tuple[int, ...], longest: np.ndarray) -> int:
+    """The tokens that padding each of `longest` up to the next of `lengths` adds."""
+    return int((np.asarray(lengths)[np.searchsorted(lengths, longest)] - longest).sum())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_buckets_are_the_eight_multiples_of_8_that_pad_least(seed: int) -> None:
+    """Against every choice of at most 8 multiples of 8 ending at the longest pair's (2^9 of them for 80
+    tokens): no other pads fewer tokens."""
+    rng = np.random.default_rng(seed)
+    longest = np.minimum(rng.geometric(0.05 + 0.03 * seed, 2000), 80)  # mostly short, as sentences are
+    chosen = ShapeBuckets.for_lengths(longest, max_tokens=1024).lengths
+    top = -(-int(longest.max()) // 8) * 8
+    others = range(8, top, 8)
+    least = min(
+        padding((*subset, top), longest)
+        for size in range(MAX_COMPILED_SHAPES)
+        for subset in itertools.combinations(others, size)
+    )
+    assert len(chosen) <= MAX_COMPILED_SHAPES and chosen[-1] == top
+    assert padding(chosen, longest) == least
+
+
 @pytest.mark.parametrize("fused_loss", [True, False])
 def test_padding_to_a_bucket_changes_neither_the_loss_nor_the_gradients(fused_loss: bool) -> None:
     """The label-smoothed loss divides by the real target tokens: pad positions and pad sentences add nothing
     to it, nor to any gradient."""
     pairs = random_pairs(5, 11, seed=7)
     plain = PaddedPairBatches(pairs, PAD).__getitems__(range(5))
-    padded = ShapeBuckets(16, 128).pad(plain, PAD)
+    padded = ShapeBuckets((16,), 128).pad(plain, PAD)
     assert padded["input_ids"].shape == (8, 16)
     torch.manual_seed(0)
     model = VaswaniTransformerForConditionalGeneration(tiny_config(fused_loss=fused_loss))  # no dropout
@@ -100,4 +127,4 @@ def test_padding_to_a_bucket_changes_neither_the_loss_nor_the_gradients(fused_lo
 def test_a_batch_larger_than_its_bucket_is_refused() -> None:
     plain = PaddedPairBatches(random_pairs(9, 11), PAD).__getitems__(range(9))
     with pytest.raises(ValueError, match="9 rows exceeds its bucket's 8"):
-        ShapeBuckets(16, 128).pad(plain, PAD)
+        ShapeBuckets((16,), 128).pad(plain, PAD)

@@ -65,18 +65,18 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         batches = PaddedPairBatches(self.train_dataset, pad_token_id)  # padded batches without Python lists
         pairs = batches.pairs
         collate: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] = already_collated
-        length_multiple = 1
+        buckets = None
         if self.bounded_shapes:
             longest = np.maximum(pairs.source_lengths, pairs.target_lengths)
             buckets = ShapeBuckets.for_lengths(longest, self.max_tokens)
             self.batch_shapes = buckets.shapes(longest)
-            collate, length_multiple = BucketCollator(buckets, pad_token_id), buckets.multiple
+            collate = BucketCollator(buckets, pad_token_id)
         sampler = TokenBudgetBatchSampler(
             pairs.source_lengths,
             pairs.target_lengths,
             self.max_tokens,
             seed=self.args.seed,
-            length_multiple=length_multiple,
+            length_buckets=buckets,
         )
         loader = DataLoader(
             batches,
