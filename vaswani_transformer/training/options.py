@@ -154,7 +154,8 @@ class TrainOptions:
     )
     torch_compile: bool = _setting(
         "torch_compile",
-        "compile the model with torch.compile (GPUs; the first batches of each shape compile)",
+        "compile the model with torch.compile (GPUs): batches are padded to at most 8 shapes, each compiled once, "
+        "announced by a line 'compiling for shape k of at most n'",
     )
     max_steps: int = _setting("max_steps", "optimiser updates")
     max_train_minutes: float | None = _setting(
