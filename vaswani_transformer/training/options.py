@@ -56,7 +56,6 @@ MAY_CHANGE_ON_RESUME = {
     "max_steps": "a run continues to a larger --max_steps (eq. (3)'s schedule does not depend on it)",
     "max_train_minutes": "like --max_steps, when training ends: a run continues within a larger budget",
     "mixed_precision": "a precision named by flag replaces the recorded one, e.g. on another GPU; auto keeps it",
-    "torch_compile": "speed, not the numbers trained",
     "logging_steps": "logging",
     "report_to": "logging",
     "health_checks": "monitoring",
