@@ -48,8 +48,11 @@ def test_unbucketed_batches_are_the_plain_greedy_packing() -> None:
     assert list(sampler) == greedy_batches(order, longest, 1000)
 
 
-@pytest.mark.parametrize("longest", [5, 20, 128, 256, 300])
-def test_bucketed_batches_take_at_most_eight_shapes_and_keep_every_pair(longest: int) -> None:
+@pytest.mark.parametrize(("longest", "num_workers"), [(5, 0), (20, 0), (128, 1), (256, 0), (300, 0)])
+def test_bucketed_batches_take_at_most_eight_shapes_and_keep_every_pair(
+    longest: int, num_workers: int
+) -> None:
+    """In at most 8 shapes, and through a loader worker too (the collator travels to it pickled)."""
     pairs = random_pairs(600, longest, seed=longest)
     longest_side = np.maximum(pairs.source_lengths, pairs.target_lengths)
     buckets = ShapeBuckets.for_lengths(longest_side, max_tokens=1536)
@@ -62,7 +65,8 @@ def test_bucketed_batches_take_at_most_eight_shapes_and_keep_every_pair(longest:
         pairs.source_lengths, pairs.target_lengths, 1536, seed=1, length_buckets=buckets
     )
     dataset = PaddedPairBatches(pairs, PAD)
-    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=BucketCollator(buckets, PAD))
+    collate = BucketCollator(buckets, PAD)
+    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)
     seen: list[int] = []
     for indices, batch in zip(sampler, loader, strict=True):
         plain = dataset.__getitems__(indices)
