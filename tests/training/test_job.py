@@ -675,3 +675,42 @@ def test_a_time_budget_ends_training_with_a_checkpoint_and_resume_keeps_what_is_
 
 def max_step(run: Path) -> int:
     return max(int(path.name.split("-")[1]) for path in run.glob("checkpoint-*"))
+
+
+@pytest.mark.slow
+def test_a_compiled_job_compiles_at_most_the_shapes_it_announces(tmp_path: Path, monkeypatch, caplog) -> None:
+    """Issue 53: `vaswani-train --torch_compile` recompiled for almost every token-budget batch. Over a whole
+    job (the compiler swapped for dynamo's "eager" backend: tracing and guards, without inductor's minutes of C++
+    compiling), dynamo compiles one graph per batch shape, no more than the progress lines announce."""
+    from torch._dynamo.utils import counters
+
+    from vaswani_transformer.cli.train import main
+    from vaswani_transformer.training import job
+
+    def eager_backend(*args, **kwargs):
+        return paper_training_arguments(*args, **kwargs, torch_compile_backend="eager")
+
+    paper_training_arguments = job.paper_training_arguments
+    monkeypatch.setattr(job, "paper_training_arguments", eager_backend)
+    flags = {f"--{name}": value for name, value in tatoeba_files(tmp_path, 150).items()}
+    for side in ("train_source", "train_target"):  # 1 to 6 sentences a line: 5 to about 80 tokens, 4+ shapes
+        lines = Path(flags[f"--{side}"]).read_text(encoding="utf-8").splitlines()
+        joined = [" ".join(lines[i : i + 1 + i % 6]) for i in range(len(lines))]
+        Path(flags[f"--{side}"]).write_text("\n".join(joined) + "\n", encoding="utf-8")
+    arguments = [item for pair in flags.items() for item in pair]
+    arguments += ["--config_overrides", json.dumps(TINY), "--vocab_size", "300", "--max_tokens", "512"]
+    arguments += ["--max_steps", "30", "--warmup_steps", "2", "--save_steps", "15", "--average_last", "1"]
+    arguments += ["--logging_steps", "15", "--dev_size", "0", "--eval_steps", "0", "--num_beams", "1"]
+    arguments += ["--no_health_checks", "--torch_compile", "--examples", "A dog."]
+    torch._dynamo.reset()
+    counters.clear()
+    caplog.set_level("INFO")
+    assert main([*arguments, "--output_dir", str(tmp_path / "run")]) == 0
+    announced = [message for message in caplog.messages if message.startswith("compiling for shape ")]
+    bound = int(announced[0].split(" of at most ")[1].split()[0])
+    assert 3 < len(announced) <= bound <= 8
+    assert [message.split(" of ")[0] for message in announced] == [
+        f"compiling for shape {k}" for k in range(1, len(announced) + 1)
+    ]
+    assert counters["stats"]["unique_graphs"] == len(announced)
+    assert (tmp_path / "run" / "final" / "model.safetensors").is_file()

@@ -200,3 +200,19 @@ def test_a_misspelt_key_in_the_cuda_section_is_an_error_whether_it_applies_or_no
     recipe.write_text("max_steps: 3\ncuda:\n  max_stepz: 4\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"\(cuda: section\): unknown setting\(s\) \['max_stepz'\]"):
         load_recipe(str(recipe), allowed=option_names(), cuda=cuda)
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+def test_resume_keeps_the_runs_torch_compile_which_shapes_its_batches(tmp_path: Path, recorded: bool) -> None:
+    """Issue 53: --torch_compile pads batches to a few shapes, so a run resumed with the other setting would
+    continue on other batches than it skipped: a difference --resume refuses, naming the recorded value."""
+    from vaswani_transformer.training.options import changed_on_resume
+
+    run = TrainOptions.from_recipe("tatoeba", output_dir=tmp_path / "run", torch_compile=recorded)
+    write_options(run, run.output_dir)
+    record = json.loads((run.output_dir / "train_options.json").read_text())
+    toggled = TrainOptions.from_recipe("tatoeba", output_dir=run.output_dir, torch_compile=not recorded)
+    assert changed_on_resume(toggled, record) == [
+        f"--resume --torch_compile {not recorded}: the run was made with {recorded}"
+    ]
+    assert changed_on_resume(run, record) == []

@@ -1,7 +1,9 @@
 """The paper's recipe on Seq2SeqTrainer: schedule, token-budget batches, dev decoding during training."""
 
+import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 import safetensors.torch
 import torch
@@ -12,6 +14,7 @@ from transformers import GenerationConfig, TrainingArguments
 from tests.conftest import paper_arguments, tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import TokenBudgetBatchSampler, tokenize_parallel
+from vaswani_transformer.data.batching import MAX_COMPILED_SHAPES
 from vaswani_transformer.data.token_arrays import PaddedPairBatches, already_collated
 from vaswani_transformer.modeling import precision_vaswani_transformer as precision
 from vaswani_transformer.training import build_trainer, paper_learning_rate
@@ -72,7 +75,8 @@ def test_token_budget_batches_in_a_plain_accelerate_loop(letter_tokenizer) -> No
 
 @pytest.mark.slow
 def test_compiled_training_gives_the_losses_of_eager_training(letter_tokenizer, tmp_path: Path) -> None:
-    """torch_compile through the Trainer (the logits path, traced) against eager training (the fused loss)."""
+    """torch_compile through the Trainer (the logits path, traced) against eager training (the fused loss) on the
+    same bounded-shape batches."""
     sources = [" ".join("abcdefghij"[i % 5 : i % 5 + 2 + i % 6]) for i in range(60)]
     pairs = Dataset.from_dict({"source": sources, "target": [" ".join(reversed(s.split())) for s in sources]})
     tokenized, _ = tokenize_parallel(pairs, letter_tokenizer)
@@ -91,10 +95,78 @@ def test_compiled_training_gives_the_losses_of_eager_training(letter_tokenizer, 
             torch_compile=compiled,
             torch_compile_backend="eager",  # dynamo's tracing without inductor's minutes of C++ compiling
         )
-        trainer = build_trainer(model, letter_tokenizer, tokenized, args, max_tokens=48)
+        trainer = build_trainer(model, letter_tokenizer, tokenized, args, max_tokens=48, bounded_shapes=True)
         trainer.train()
         losses[compiled] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses[True]) == 5 and losses[True] == pytest.approx(losses[False], rel=1e-5)
+
+
+def long_letter_pairs(tokenizer, count: int) -> Dataset:
+    """`count` pairs of 1 to 100 letters (and an end token), tokenised."""
+    rng = np.random.default_rng(0)
+    sources = [" ".join(rng.choice(list("abcdefghij"), rng.integers(1, 101))) for _ in range(count)]
+    pairs = Dataset.from_dict({"source": sources, "target": [" ".join(reversed(s.split())) for s in sources]})
+    return tokenize_parallel(pairs, tokenizer)[0]
+
+
+def test_training_batches_without_torch_compile_are_the_plain_token_budget_batches(
+    letter_tokenizer, tmp_path: Path
+) -> None:
+    """A job without --torch_compile serves the batches it always has: PaddedPairBatches over the §5.1 sampler
+    (tests/data: the greedy packing; tests/data/test_token_arrays.py: DataCollatorForSeq2Seq's bytes)."""
+    tokenized = long_letter_pairs(letter_tokenizer, 200)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=len(letter_tokenizer)))
+    args = paper_arguments(tmp_path, 32, max_steps=1, seed=5, use_cpu=True)
+    trainer = build_trainer(model, letter_tokenizer, tokenized, args, max_tokens=512)
+    dataset = PaddedPairBatches(tokenized, letter_tokenizer.pad_token_id)
+    lengths = dataset.pairs.source_lengths, dataset.pairs.target_lengths
+    expected = TokenBudgetBatchSampler(*lengths, 512, seed=5)
+    assert not trainer.bounded_shapes and trainer.batch_shapes == []
+    for indices, batch in zip(expected, trainer.get_train_dataloader(), strict=True):
+        for name, tensor in dataset.__getitems__(indices).items():
+            assert batch[name].dtype == tensor.dtype and torch.equal(batch[name], tensor), name
+
+
+@pytest.mark.slow
+def test_a_compiled_job_compiles_once_per_promised_shape_and_says_so(
+    letter_tokenizer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Over an epoch of token-budget batches of 1 to 101 tokens, dynamo compiles one graph per batch shape, at
+    most the bound the progress lines promise (transformers' dynamic=None compiles 2 on the same batches, its
+    symbolic-shape graph; static shapes are this job's choice: docs/training.md)."""
+    from torch._dynamo.utils import counters
+
+    tokenized = long_letter_pairs(letter_tokenizer, 300)
+    torch.manual_seed(0)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=len(letter_tokenizer)))
+    args = paper_arguments(
+        tmp_path,
+        32,
+        max_steps=40,  # an epoch and a bit: every shape of the data
+        warmup_steps=2,
+        logging_steps=10,
+        save_strategy="no",
+        use_cpu=True,
+        torch_compile=True,
+        torch_compile_backend="eager",  # dynamo's tracing and guards without inductor's minutes of C++ compiling
+    )
+    trainer = build_trainer(model, letter_tokenizer, tokenized, args, max_tokens=512)
+    torch._dynamo.reset()
+    counters.clear()
+    with caplog.at_level(logging.INFO, logger="vaswani_transformer.training.trainer"):
+        trainer.train()
+    shapes = trainer.batch_shapes
+    assert 5 <= len(shapes) <= MAX_COMPILED_SHAPES
+    assert all(length % 8 == 0 and rows * length <= 512 for rows, length in shapes)
+    compiling = [record.getMessage() for record in caplog.records if "compiling" in record.getMessage()]
+    assert len(compiling) == len(shapes)  # the epoch met every shape, each announced once
+    assert all(f"of at most {len(shapes)} " in line for line in compiling)
+    assert [line.split(" of ")[0] for line in compiling] == [
+        f"compiling for shape {k}" for k in range(1, len(shapes) + 1)
+    ]
+    assert counters["stats"]["unique_graphs"] == len(shapes)
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 4 and all(np.isfinite(losses)) and losses[-1] < losses[0]
 
 
 def same_stop_tokens(generation_config: dict) -> dict:

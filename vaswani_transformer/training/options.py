@@ -56,7 +56,6 @@ MAY_CHANGE_ON_RESUME = {
     "max_steps": "a run continues to a larger --max_steps (eq. (3)'s schedule does not depend on it)",
     "max_train_minutes": "like --max_steps, when training ends: a run continues within a larger budget",
     "mixed_precision": "a precision named by flag replaces the recorded one, e.g. on another GPU; auto keeps it",
-    "torch_compile": "speed, not the numbers trained",
     "logging_steps": "logging",
     "report_to": "logging",
     "health_checks": "monitoring",
@@ -154,7 +153,8 @@ class TrainOptions:
     )
     torch_compile: bool = _setting(
         "torch_compile",
-        "compile the model with torch.compile (GPUs; the first batches of each shape compile)",
+        "compile the model with torch.compile (GPUs): batches are padded to at most 8 shapes, each compiled once, "
+        "announced by a line 'compiling for shape k of at most n'",
     )
     max_steps: int = _setting("max_steps", "optimiser updates")
     max_train_minutes: float | None = _setting(

@@ -1,6 +1,7 @@
 """Seq2SeqTrainer on §5.1's token-budget batches: the Trainer the job trains with, and `build_trainer`."""
 
 import copy
+import logging
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,11 +24,13 @@ from transformers import (
 from transformers.trainer_callback import PrinterCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..data.batching import TokenBudgetBatchSampler
+from ..data.batching import BucketCollator, ShapeBuckets, TokenBudgetBatchSampler
 from ..data.token_arrays import PaddedPairBatches, TokenizedPairs, already_collated
 from ..files import write_failures_named
 from .checkpoints import checkpoint_problem, with_usual_permissions
 from .monitoring import TrainingProgress
+
+logger = logging.getLogger(__name__)
 
 
 class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
@@ -40,11 +43,20 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     It also logs target tokens per second of training (from the token counts the Trainer makes anyway, read once
     per log), and keeps the model's generation config as it was across dev decoding (Seq2SeqTrainer writes
     transformers' fallback defaults such as max_length=20 into it, which would end "input length + 50").
+
+    With `bounded_shapes` (by default, under `torch_compile` only) the batches take a bounded set of shapes
+    (`data.batching.ShapeBuckets`); compiled with static shapes, each is compiled once, and the first step of
+    each logs "compiling for shape k of at most n".
     """
 
-    def __init__(self, *args: Any, max_tokens: int, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, max_tokens: int, bounded_shapes: bool | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
+        self.bounded_shapes = self.args.torch_compile if bounded_shapes is None else bounded_shapes
+        self.batch_shapes: list[tuple[int, int]] = []  # with bounded_shapes: the (rows, length) batches take
+        self._shapes_seen: set[tuple[int, ...]] = set()
         self._tokens_since_log: torch.Tensor | int = 0
         self._window_started = time.perf_counter()
 
@@ -52,13 +64,24 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         pad_token_id = getattr(self.processing_class, "pad_token_id", self.model.config.pad_token_id)
         batches = PaddedPairBatches(self.train_dataset, pad_token_id)  # padded batches without Python lists
         pairs = batches.pairs
+        collate: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] = already_collated
+        buckets = None
+        if self.bounded_shapes:
+            longest = np.maximum(pairs.source_lengths, pairs.target_lengths)
+            buckets = ShapeBuckets.for_lengths(longest, self.max_tokens)
+            self.batch_shapes = buckets.shapes(longest)
+            collate = BucketCollator(buckets, pad_token_id)
         sampler = TokenBudgetBatchSampler(
-            pairs.source_lengths, pairs.target_lengths, self.max_tokens, seed=self.args.seed
+            pairs.source_lengths,
+            pairs.target_lengths,
+            self.max_tokens,
+            seed=self.args.seed,
+            length_buckets=buckets,
         )
         loader = DataLoader(
             batches,
             batch_sampler=sampler,
-            collate_fn=already_collated,
+            collate_fn=collate,
             num_workers=self.args.dataloader_num_workers,
             pin_memory=self.args.dataloader_pin_memory and torch.cuda.is_available(),
         )
@@ -71,6 +94,28 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         if num_items_in_batch is not None:  # target tokens of this update, summed over processes
             self._tokens_since_log = self._tokens_since_log + num_items_in_batch
         return batch_samples, num_items_in_batch
+
+    def training_step(
+        self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None
+    ) -> torch.Tensor:
+        shape = tuple(inputs["input_ids"].shape)
+        if self.args.torch_compile and self.batch_shapes and shape not in self._shapes_seen:
+            self._shapes_seen.add(shape)
+            if self.is_world_process_zero():  # a step of a new shape compiles first, silently, for minutes
+                logger.info(
+                    f"compiling for shape {len(self._shapes_seen)} of at most {len(self.batch_shapes)} "
+                    f"({shape[0]} sentences × {shape[1]} tokens)"
+                )
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
+        """Static shapes under torch_compile: batches take a few shapes (`ShapeBuckets`), each compiled once
+        and specialised, where transformers' default (dynamic=None) recompiles the second shape for symbolic
+        sizes."""
+        args = super()._build_accelerator_args(**kwargs)
+        if self.args.torch_compile and args.get("dynamo_plugin") is not None:
+            args["dynamo_plugin"].dynamic = False
+        return args
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
@@ -133,9 +178,11 @@ def build_trainer(
     eval_dataset: TokenizedPairs | Dataset | None = None,
     compute_metrics: Callable[[EvalPrediction], dict[str, float]] | None = None,
     callbacks: Sequence[TrainerCallback] = (),
+    bounded_shapes: bool | None = None,
 ) -> TokenBudgetSeq2SeqTrainer:
-    """A Seq2SeqTrainer over token-budget training batches; the dev set (`TokenizedPairs`, or a
-    `tokenize_parallel` Dataset) is padded by DataCollatorForSeq2Seq."""
+    """A Seq2SeqTrainer over token-budget training batches, in a bounded set of shapes with `bounded_shapes`
+    (None: under `args.torch_compile`); the dev set (`TokenizedPairs`, or a `tokenize_parallel` Dataset) is
+    padded by DataCollatorForSeq2Seq."""
     if isinstance(eval_dataset, TokenizedPairs):
         eval_dataset = eval_dataset.to_dataset()
     if eval_dataset is not None:  # longest first, so greedy decoding pads little
@@ -151,6 +198,7 @@ def build_trainer(
         compute_metrics=compute_metrics,
         callbacks=list(callbacks),
         max_tokens=max_tokens,
+        bounded_shapes=bounded_shapes,
     )
     if any(isinstance(callback, TrainingProgress) for callback in callbacks):
         trainer.remove_callback(PrinterCallback)  # it would print every log dict again
