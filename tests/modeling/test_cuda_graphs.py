@@ -1,7 +1,8 @@
 """Decoding through CUDA graphs (issue 53, item 1): `translate(..., cuda_graphs=True)`, the pipeline's and the
 commands' `--cuda_graphs` give the plain path's translations, and batches of many sizes compile one graph per
 bucket, none again on a second pass. On the CPU the step compiles with a recording backend (no CUDA graphs), which
-counts the graphs CUDA would capture."""
+counts the graphs CUDA would capture, and each bucket's static cache keeps its addresses, on which CUDA graphs
+replay."""
 
 from collections.abc import Callable
 
@@ -53,9 +54,24 @@ def test_cuda_graph_translations_equal_the_plain_ones_with_one_graph_per_bucket(
         plain = translate(SENTENCES[:size], model, letter_tokenizer, **settings)
         assert translate(SENTENCES[:size], model, letter_tokenizer, **settings, **compiled) == plain
     assert len(graphs) == len({bucket(size) for size in BATCH_SIZES}) == 3
-    for size in BATCH_SIZES:  # a second pass replays the graphs it has
+    addresses = cache_addresses(model)
+    assert len(addresses) == 3  # one static cache per bucket
+    for size in BATCH_SIZES:  # a second pass replays the graphs it has, on the caches it has
         translate(SENTENCES[:size], model, letter_tokenizer, **settings, **compiled)
     assert len(graphs) == 3, "a second pass recompiled"
+    assert cache_addresses(model) == addresses, "a bucket's cache moved: CUDA would record its graph again"
+
+
+def cache_addresses(model: VaswaniTransformerForConditionalGeneration) -> dict[tuple, list[int]]:
+    """Where each bucket's static cache keeps its keys and values, layer by layer."""
+    return {
+        bucket_key: [
+            tensor.data_ptr()
+            for layer in (*cache.self_attention_cache.layers, *cache.cross_attention_cache.layers)
+            for tensor in (layer.keys, layer.values)
+        ]
+        for bucket_key, cache in model._cuda_graph_caches.items()
+    }
 
 
 def test_the_pipeline_decodes_through_cuda_graphs_with_the_plain_translations(

@@ -7,7 +7,11 @@ graph per input shape. Batches come in many shapes, so each is padded up to one 
 - its sentences to a power of two (copies of its last sentence, whose translations are dropped);
 - its source length to a power of two (at least 16), with at least one padded position, so that every batch has a
   source mask (a batch without one would compile a graph of its own);
-- the static cache to a power of two at or above the output limit (transformers keeps the longest cache it made).
+- the static cache to a power of two at or above the output limit.
+
+Each bucket's static cache is made once and kept on the model (`bucket_cache`), reset before each reuse: CUDA
+graphs replay on fixed addresses, and a new cache per call would make every graph be recorded again (and past
+torch's re-record limit, 128, not replayed at all). The caches of the buckets used stay allocated with the model.
 
 Refused (ValueError, naming the fix) where graphs cannot apply: sampling, a model off the GPU without a
 compile_config that compiles everywhere, several batches decoding at once. Shipped beside the model file as remote
@@ -20,6 +24,9 @@ from typing import Any
 
 import torch
 from transformers import CompileConfig, PreTrainedModel
+from transformers.cache_utils import EncoderDecoderCache, StaticCache
+
+from .modeling_vaswani_transformer import CACHE_NAME
 
 SHORTEST_SOURCE_BUCKET = 16
 SHORTEST_CACHE_BUCKET = 64
@@ -92,6 +99,26 @@ def padded_to_buckets(
     return padded_ids, padded_mask
 
 
+def bucket_cache(
+    model: PreTrainedModel, rows: int, self_length: int, source_length: int
+) -> EncoderDecoderCache:
+    """The static cache of one bucket (decoder rows, self-attention and source lengths, device and precision),
+    made once per model and reset before every reuse, so that its tensors keep their addresses."""
+    device = model.device.type
+    precision = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else model.dtype
+    key = (rows, self_length, source_length, str(model.device), precision)
+    caches = vars(model).setdefault("_cuda_graph_caches", {})
+    if key in caches:
+        caches[key].reset()
+    else:
+        config = model.config.get_text_config(decoder=True)
+        caches[key] = EncoderDecoderCache(
+            StaticCache(config=config, max_cache_len=self_length),
+            StaticCache(config=config, max_cache_len=source_length),
+        )
+    return caches[key]
+
+
 @contextmanager
 def graphs_allowed(limit: int = GRAPH_LIMIT) -> Iterator[None]:
     """dynamo's per-function compile limit raised to `limit` for the call, and set back after."""
@@ -102,19 +129,21 @@ def graphs_allowed(limit: int = GRAPH_LIMIT) -> Iterator[None]:
 def bucketed_generate(
     model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, **generate_kwargs: Any
 ) -> torch.Tensor:
-    """`model.generate` over a static cache with a compiled step, the batch padded up to its buckets; the output
-    rows of the batch's own sentences (`num_return_sequences` each)."""
-    sentences = input_ids.shape[0]
+    """`model.generate` over its bucket's static cache with a compiled step, the batch padded up to its buckets;
+    the output rows of the batch's own sentences (`num_return_sequences` each)."""
+    sentences, generation = input_ids.shape[0], model.generation_config
     padded_ids, padded_mask = padded_to_buckets(
         input_ids, attention_mask, model.config.pad_token_id, model.config.max_position_embeddings
     )
+    beams = generate_kwargs.get("num_beams") or generation.num_beams or 1
+    returned = generate_kwargs.get("num_return_sequences") or generation.num_return_sequences or 1
+    self_length = cache_length(model, int(attention_mask.sum(-1).max()), generate_kwargs)
+    cache = bucket_cache(model, padded_ids.shape[0] * max(beams, returned), self_length, padded_ids.shape[1])
     settings = {
         **generate_kwargs,
-        "cache_implementation": "static",
-        "max_cache_len": cache_length(model, int(attention_mask.sum(-1).max()), generate_kwargs),
+        CACHE_NAME: cache,
         "compile_config": generate_kwargs.get("compile_config") or cuda_graphs_compile_config(),
     }
     with graphs_allowed():
         output = model.generate(input_ids=padded_ids, attention_mask=padded_mask, **settings)
-    returned = output.shape[0] // padded_ids.shape[0]
     return output[: sentences * returned]
