@@ -4,7 +4,10 @@ bucket, none again on a second pass. On the CPU the step compiles with a recordi
 counts the graphs CUDA would capture, and each bucket's static cache keeps its addresses, on which CUDA graphs
 replay."""
 
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +23,7 @@ from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
 
 # 1, 3, 6 and 8 sentences: batches of 1, 4 and 8 rows once padded (three buckets); every source fits the
 # shortest length bucket, so the row buckets are all the shapes there are
+REPO = Path(__file__).resolve().parents[2]
 SENTENCES = ["a b c", "d e", "f g h i", "j", "k l", "m n o p q", "r", "s t u"]
 BATCH_SIZES = (1, 3, 6, 8)
 
@@ -60,6 +64,24 @@ def test_cuda_graph_translations_equal_the_plain_ones_with_one_graph_per_bucket(
         translate(SENTENCES[:size], model, letter_tokenizer, **settings, **compiled)
     assert len(graphs) == 3, "a second pass recompiled"
     assert cache_addresses(model) == addresses, "a bucket's cache moved: CUDA would record its graph again"
+
+
+def test_a_beam_of_one_sentence_and_greedy_four_keep_caches_of_their_own(model, letter_tokenizer) -> None:
+    """One sentence with 4 beams and 4 sentences greedy both decode 4 rows, but their cross-attention caches
+    hold 1 and 4 sentences: each bucket's cache is its own."""
+    compile_config = recording_compile_config([])
+    for num_beams, size in ((4, 1), (1, 4), (4, 1)):
+        settings = {"num_beams": num_beams, "batch_size": 8}
+        plain = translate(SENTENCES[:size], model, letter_tokenizer, **settings)
+        graphs = translate(
+            SENTENCES[:size],
+            model,
+            letter_tokenizer,
+            cuda_graphs=True,
+            compile_config=compile_config,
+            **settings,
+        )
+        assert graphs == plain
 
 
 def cache_addresses(model: VaswaniTransformerForConditionalGeneration) -> dict[tuple, list[int]]:
@@ -160,3 +182,28 @@ def test_cuda_graph_translations_on_a_gpu_equal_the_plain_ones(model, letter_tok
     for size in (*BATCH_SIZES, *BATCH_SIZES):
         plain = translate(SENTENCES[:size], model, letter_tokenizer, **settings)
         assert translate(SENTENCES[:size], model, letter_tokenizer, cuda_graphs=True, **settings) == plain
+
+
+@pytest.mark.slow  # a fresh interpreter that imports torch and transformers, and compiles
+def test_the_gpu_benchmark_runs_in_miniature_and_finds_the_plain_tokens() -> None:
+    """benchmarks/bench_cuda_graphs.py, the command a GPU session times CUDA graphs with, on the CPU with the eager
+    backend: its table has a row per search and batch, each with the plain path's tokens."""
+    command = [sys.executable, "benchmarks/bench_cuda_graphs.py", "--device", "cpu", "--dtype", "float32"]
+    command += [
+        "--preset",
+        "tiny",
+        "--vocab_size",
+        "200",
+        "--batch",
+        "3",
+        "--new_tokens",
+        "3",
+        "--repeats",
+        "1",
+    ]
+    done = subprocess.run(
+        [*command, "--backend", "eager"], cwd=REPO, capture_output=True, text=True, check=True, timeout=600
+    )
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("| beam 4 |", "| greedy |"))]
+    assert [row.split(" | ")[1] for row in rows] == ["1", "3", "1", "3"]
+    assert all(row.endswith("| yes |") for row in rows), done.stdout

@@ -100,13 +100,14 @@ def padded_to_buckets(
 
 
 def bucket_cache(
-    model: PreTrainedModel, rows: int, self_length: int, source_length: int
+    model: PreTrainedModel, sentences: int, rows: int, self_length: int, source_length: int
 ) -> EncoderDecoderCache:
-    """The static cache of one bucket (decoder rows, self-attention and source lengths, device and precision),
-    made once per model and reset before every reuse, so that its tensors keep their addresses."""
+    """The static cache of one bucket (sentences, whose cross-attention keys are one row each; decoder rows, one
+    per beam; self-attention and source lengths; device and precision), made once per model and reset before every
+    reuse, so that its tensors keep their addresses."""
     device = model.device.type
     precision = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else model.dtype
-    key = (rows, self_length, source_length, str(model.device), precision)
+    key = (sentences, rows, self_length, source_length, str(model.device), precision)
     caches = vars(model).setdefault("_cuda_graph_caches", {})
     if key in caches:
         caches[key].reset()
@@ -138,7 +139,8 @@ def bucketed_generate(
     beams = generate_kwargs.get("num_beams") or generation.num_beams or 1
     returned = generate_kwargs.get("num_return_sequences") or generation.num_return_sequences or 1
     self_length = cache_length(model, int(attention_mask.sum(-1).max()), generate_kwargs)
-    cache = bucket_cache(model, padded_ids.shape[0] * max(beams, returned), self_length, padded_ids.shape[1])
+    rows = padded_ids.shape[0]
+    cache = bucket_cache(model, rows, rows * max(beams, returned), self_length, padded_ids.shape[1])
     settings = {
         **generate_kwargs,
         CACHE_NAME: cache,
