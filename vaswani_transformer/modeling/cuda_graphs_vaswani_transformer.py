@@ -1,8 +1,8 @@
 """Decoding through CUDA graphs with a few shapes: `translate(..., cuda_graphs=True)` and the pipeline's.
 
 On a GPU every decoding step is a few hundred tiny kernels, and the step costs their launches, whatever the batch.
-`generate(..., cache_implementation="static")` compiles the step (transformers' compile_config: CUDA graphs), one
-graph per input shape. Batches come in many shapes, so each is padded up to one of a few (`bucketed_generate`):
+Over a static (pre-allocated) cache `generate()` compiles the step (a compile_config's; transformers' default:
+CUDA graphs), one graph per input shape. Batches come in many shapes, so each is padded up to one of a few (`bucketed_generate`):
 
 - its sentences to a power of two (copies of its last sentence, whose translations are dropped);
 - its source length to a power of two (at least 16), with at least one padded position, so that every batch has a
@@ -13,8 +13,8 @@ Each bucket's static cache is made once and kept on the model (`bucket_cache`), 
 graphs replay on fixed addresses, and a new cache per call would make every graph be recorded again (and past
 torch's re-record limit, 128, not replayed at all). The caches of the buckets used stay allocated with the model.
 
-Refused (ValueError, naming the fix) where graphs cannot apply: sampling, a model off the GPU without a
-compile_config that compiles everywhere, several batches decoding at once. Shipped beside the model file as remote
+Refused (ValueError, naming the fix) where graphs cannot apply: sampling, `disable_compile`, a model off the GPU
+without a compile_config that compiles everywhere, several batches decoding at once. Shipped beside the model file as remote
 code: it imports only torch and transformers.
 """
 
@@ -32,8 +32,8 @@ SHORTEST_SOURCE_BUCKET = 16
 SHORTEST_CACHE_BUCKET = 64
 # generate()'s fallback max_length, which the model's generate() reads as no limit (generation_vaswani_transformer)
 TRANSFORMERS_MAX_LENGTH = 20
-# One graph per (sentences, source length, cache length) bucket: more than dynamo's default limit of 8 per function
-# (past it dynamo decodes uncompiled, with a warning), but bounded: powers of two of each up to 1,024 and more.
+# One graph per bucket (sentences, beams, source length, cache length): more than dynamo's default limit of 8 per
+# function (past it dynamo decodes uncompiled, with a warning), but bounded: powers of two of each.
 GRAPH_LIMIT = 256
 
 
