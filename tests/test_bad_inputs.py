@@ -1023,6 +1023,32 @@ CASES |= (
     OUTPUTS_APART_CASES | CACHE_CASES | ALL_OR_NOTHING_CASES | STREAMING_CASES | VALUE_CASES | CONVERT_CASES
 )
 
+# Issue 53, item 1: --cuda_graphs only where CUDA graphs can decode (the PyTorch engine, float layers, a CUDA GPU;
+# these machines have none, so auto and cpu are refused alike)
+CUDA_GRAPH_CASES: dict[str, Case] = {
+    "translate cuda_graphs on onnxruntime": Case(
+        "translate",
+        translate_with("--cuda_graphs", "--engine", "onnxruntime"),
+        "--cuda_graphs compiles the PyTorch model's decoding step, not --engine onnxruntime's",
+    ),
+    "evaluate cuda_graphs on ctranslate2": Case(
+        "evaluate",
+        evaluate_with("--name", "x", "--cuda-graphs", "--engine", "ctranslate2"),
+        "drop --cuda_graphs, or use --engine torch",
+    ),
+    "translate cuda_graphs with int8": Case(
+        "translate",
+        translate_with("--cuda_graphs", "--quantize", "int8", "--device", "cpu"),
+        "--quantize int8 runs on the CPU: drop one of them",
+    ),
+    "translate cuda_graphs on the cpu": Case(
+        "translate",
+        translate_with("--cuda_graphs", "--device", "cpu"),
+        "on a CUDA GPU (--device cpu): drop --cuda_graphs, or use --device cuda on a machine with one",
+    ),
+}
+CASES |= CUDA_GRAPH_CASES
+
 
 def snapshot(root: Path) -> dict[str, str]:
     """Every path under `root` with its content's hash (links: their target; folders: a mark)."""

@@ -33,9 +33,17 @@ DTYPE_HELP = (
 )
 
 
+CUDA_GRAPHS_HELP = (
+    "decode through CUDA graphs (--engine torch on a CUDA GPU): the decoding step compiled over a static cache "
+    "and replayed as one launch, one graph per batch shape; batches are padded up to a few shapes (sentences and "
+    "source length to powers of two) so a few graphs serve all. The same translations; the first batches of each "
+    "shape pay for compiling. Not with --quantize int8"
+)
+
+
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """--num_beams, --length_penalty, --batch_size, --engine, --quantize, --dtype, --device, --ctranslate2_cache,
-    --onnx_cache, --verify_cache."""
+    """--num_beams, --length_penalty, --batch_size, --engine, --quantize, --dtype, --device, --cuda_graphs,
+    --ctranslate2_cache, --onnx_cache, --verify_cache."""
     parser.add_argument("--num_beams", "--num-beams", type=int, help="beam size (default: the model's, 4)")
     parser.add_argument(
         "--length_penalty",
@@ -59,6 +67,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="cpu, cuda, cuda:1, ... (default: cuda when there is one); one this machine has",
     )
+    parser.add_argument("--cuda_graphs", "--cuda-graphs", action="store_true", help=CUDA_GRAPHS_HELP)
     parser.add_argument(
         "--ctranslate2_cache",
         "--ctranslate2-cache",
@@ -96,6 +105,7 @@ def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         quantize=args.quantize,
         dtype=args.dtype,
         device=args.device,
+        cuda_graphs=args.cuda_graphs,
         ctranslate2_cache=args.ctranslate2_cache,
         onnx_cache=args.onnx_cache,
         verify_cache=args.verify_cache,

@@ -40,7 +40,7 @@ def load_engine(model: str | Path, options: EngineOptions | None = None) -> Engi
         loaded, tokenizer = load_for_decoding(model, device="cpu", dtype=torch.float32)
         return TorchEngine(quantize_int8(loaded), tokenizer, explicit)
     loaded, tokenizer = load_for_decoding(model, device=device, dtype=explicit)
-    return TorchEngine(loaded, tokenizer, explicit)
+    return TorchEngine(loaded, tokenizer, explicit, options.cuda_graphs)
 
 
 def _load_ctranslate2(model: str | Path, options: EngineOptions) -> CTranslate2Engine:

@@ -21,13 +21,14 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """How to decode: the commands' --engine, --quantize, --dtype, --device, --ctranslate2_cache, --onnx_cache and
-    --verify_cache."""
+    """How to decode: the commands' --engine, --quantize, --dtype, --device, --cuda_graphs, --ctranslate2_cache,
+    --onnx_cache and --verify_cache."""
 
     engine: str = "torch"
     quantize: str = "none"
     dtype: str = "auto"
     device: str = "auto"
+    cuda_graphs: bool = False
     ctranslate2_cache: Path | None = None
     onnx_cache: Path | None = None
     verify_cache: bool = False
@@ -39,6 +40,11 @@ def check_engine_options(options: EngineOptions) -> None:
     _check_choice("--engine", options.engine, ENGINES)
     _check_choice("--quantize", options.quantize, QUANTIZATIONS)
     _check_choice("--dtype", options.dtype, ("auto", *DTYPES))
+    if options.cuda_graphs and options.engine != "torch":
+        raise ValueError(
+            f"--cuda_graphs compiles the PyTorch model's decoding step, not --engine {options.engine}'s: drop "
+            "--cuda_graphs, or use --engine torch."
+        )
     if options.ctranslate2_cache is not None and options.engine != "ctranslate2":
         raise ValueError("--ctranslate2_cache is the folder of --engine ctranslate2's conversions: drop it.")
     if options.onnx_cache is not None and options.engine != "onnxruntime":
@@ -90,6 +96,8 @@ def check_device(device: str, cuda_count: int, *, mps: bool = False) -> None:
 def _check_torch_options(options: EngineOptions) -> None:
     check_device(options.device, torch.cuda.device_count(), mps=torch.backends.mps.is_available())
     device = torch_device(options.device)
+    if options.cuda_graphs:
+        _check_cuda_graphs_options(options, device)
     if options.quantize != "int8":
         return
     if device != "cpu":
@@ -104,6 +112,19 @@ def _check_torch_options(options: EngineOptions) -> None:
         )
     if importlib.util.find_spec("torchao") is None:
         raise ValueError(f"--quantize int8 with --engine torch needs torchao: {INT8_EXTRA}.")
+
+
+def _check_cuda_graphs_options(options: EngineOptions, device: str) -> None:
+    if options.quantize != "none":
+        raise ValueError(
+            "--cuda_graphs compiles float layers on a GPU; --quantize int8 runs on the CPU: drop one of them."
+        )
+    if not device.startswith("cuda"):
+        where = "this machine has no CUDA GPU" if options.device == "auto" else f"--device {options.device}"
+        raise ValueError(
+            f"--cuda_graphs replays the decoding step as CUDA graphs, on a CUDA GPU ({where}): drop --cuda_graphs, "
+            "or use --device cuda on a machine with one."
+        )
 
 
 def _check_onnxruntime_options(options: EngineOptions) -> None:

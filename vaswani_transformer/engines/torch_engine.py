@@ -15,11 +15,11 @@ from .quantization import INT8_DESCRIPTION, int8_linear_layers
 
 
 def decoding_settings(
-    model: PreTrainedModel, dtype: torch.dtype | None = None, **overrides: Any
+    model: PreTrainedModel, dtype: torch.dtype | None = None, cuda_graphs: bool = False, **overrides: Any
 ) -> dict[str, Any]:
     """What `translate` will use: the model's generation config with `overrides`, the precision it computes
-    in (`dtype`, else `precision.decoding_precision`'s choice) and its int8 layers if any
-    (`quantization.quantize_int8`), as recorded in scores.json."""
+    in (`dtype`, else `precision.decoding_precision`'s choice), its int8 layers if any
+    (`quantization.quantize_int8`) and whether it decodes through CUDA graphs, as recorded in scores.json."""
     config = copy.deepcopy(model.generation_config)
     config.update(**overrides)
     settings: dict[str, Any] = {
@@ -36,6 +36,8 @@ def decoding_settings(
         settings["length_penalty"] = generation_setting(config, "length_penalty")
         settings["length_penalty_type"] = getattr(model.config, "length_penalty_type", "hf")
         settings["early_stopping"] = generation_setting(config, "early_stopping")
+    if cuda_graphs:
+        settings["cuda_graphs"] = True
     if config.max_new_tokens is not None:
         settings["max_new_tokens"] = config.max_new_tokens
     elif config.max_length is not None:
@@ -46,14 +48,19 @@ def decoding_settings(
 
 
 class TorchEngine:
-    """The model in PyTorch: `translate.translate` in `dtype` (None: `precision.decoding_precision`'s choice)."""
+    """The model in PyTorch: `translate.translate` in `dtype` (None: `precision.decoding_precision`'s choice),
+    through CUDA graphs with `cuda_graphs`."""
 
     name = "torch"
 
     def __init__(
-        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype | None = None
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        dtype: torch.dtype | None = None,
+        cuda_graphs: bool = False,
     ):
-        self.model, self.tokenizer, self.dtype = model, tokenizer, dtype
+        self.model, self.tokenizer, self.dtype, self.cuda_graphs = model, tokenizer, dtype, cuda_graphs
 
     def translate(
         self,
@@ -75,12 +82,13 @@ class TorchEngine:
             show_progress=show_progress,
             dtype=self.dtype,
             on_batch=on_batch,
+            cuda_graphs=self.cuda_graphs,
             **overrides,
         )
 
     def decoding_settings(self, **overrides: Any) -> dict[str, Any]:
         """What `translate` uses, as scores.json records it (engine, quantization, precision, search)."""
-        return decoding_settings(self.model, self.dtype, **overrides)
+        return decoding_settings(self.model, self.dtype, self.cuda_graphs, **overrides)
 
 
 class OnnxRuntimeEngine(TorchEngine):

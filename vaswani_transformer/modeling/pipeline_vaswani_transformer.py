@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, overload
 
 import torch
@@ -20,6 +21,7 @@ from tqdm.auto import tqdm
 from transformers import Pipeline, PreTrainedModel, PreTrainedTokenizerBase
 
 from .configuration_vaswani_transformer import PIPELINE_TASK
+from .cuda_graphs_vaswani_transformer import bucket, bucketed_generate, check_cuda_graphs
 from .precision_vaswani_transformer import autocast_to, decoding_precision
 
 # Sentences per decoding batch: beam search drops each sentence once its beams are final, so a larger batch costs
@@ -234,6 +236,7 @@ def translate(
     dtype: torch.dtype | None = None,
     workers: int | None = None,
     on_batch: Callable[[int], object] | None = None,
+    cuda_graphs: bool = False,
     **generate_kwargs: Any,
 ) -> str | list[str]:
     """Translate `texts` and return the translations in input order (one string for one string).
@@ -250,6 +253,9 @@ def translate(
     (`check_decoding_budget`). `workers` batches decode at once (`decoded_batches`; default `decoding_workers`: two
     on a multi-core CPU, one when two would not fit in memory). `on_batch` is called with each decoded batch's
     sentence count, as it finishes (a caller's own progress: `vaswani-translate` counts lines over many calls).
+    `cuda_graphs=True` decodes one batch at a time through a compiled step over a static cache, each batch padded
+    up to a few shapes (`cuda_graphs_vaswani_transformer.bucketed_generate`): CUDA graphs on a GPU, the same
+    translations.
     """
     if isinstance(texts, str):
         return translate(
@@ -261,9 +267,12 @@ def translate(
             dtype=dtype,
             workers=workers,
             on_batch=on_batch,
+            cuda_graphs=cuda_graphs,
             **generate_kwargs,
         )[0]
     check_generate_arguments(generate_kwargs)
+    if cuda_graphs:
+        check_cuda_graphs(model, generate_kwargs, workers)
     if generate_kwargs.get("num_return_sequences", 1) != 1:
         raise ValueError(
             "translate() gives one translation per source: for several, call the vaswani-translation pipeline "
@@ -279,18 +288,20 @@ def translate(
         batch_size = batch_size_within_budget(model, encodings, generate_kwargs)
     batches = length_sorted_batches([len(ids) for ids in encodings], batch_size)
     first_batch = [encodings[i] for i in batches[0]]
-    count = decoding_workers(model.device, len(batches), workers)
+    count = 1 if cuda_graphs else decoding_workers(model.device, len(batches), workers)
     count = workers_within_budget(model, first_batch, generate_kwargs, count, chosen=workers is not None)
     precision = decoding_precision(model.dtype, model.device, dtype, width=model.config.d_model)
 
     def decode(batch: list[int]) -> list[str]:
         """One batch's translations (autocast and grad mode are per thread, so entered here)."""
         inputs = tokenizer.pad({"input_ids": [encodings[i] for i in batch]}, return_tensors="pt")
-        check_decoding_budget(model, len(batch), inputs["input_ids"].shape[1], generate_kwargs, count)
+        rows = bucket(len(batch)) if cuda_graphs else len(batch)  # copies fill a CUDA-graph batch's bucket
+        check_decoding_budget(model, rows, inputs["input_ids"].shape[1], generate_kwargs, count)
         # no_grad, not inference_mode: autocast keeps its bfloat16 copy of each weight for the whole generate()
         # only outside inference mode (inside it, every weight is cast again at every decoding step)
         with torch.no_grad(), autocast_to(precision, model.dtype, model.device):
-            outputs = model.generate(**inputs.to(model.device), **generate_kwargs)
+            generate = partial(bucketed_generate, model) if cuda_graphs else model.generate
+            outputs = generate(**inputs.to(model.device), **generate_kwargs)
         return [text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]
 
     was_training = model.training
@@ -327,12 +338,19 @@ class VaswaniTranslationPipeline(Pipeline):
     _load_tokenizer = True
 
     def _sanitize_parameters(
-        self, decoding_dtype: torch.dtype | None = None, **generate_kwargs: Any
+        self,
+        decoding_dtype: torch.dtype | None = None,
+        cuda_graphs: bool | None = None,
+        **generate_kwargs: Any,
     ) -> tuple[dict, dict, dict]:
         check_generate_arguments(generate_kwargs)
+        if cuda_graphs:
+            check_cuda_graphs(self.model, generate_kwargs)
         forward = dict(generate_kwargs)
         if decoding_dtype is not None:
             forward["decoding_dtype"] = decoding_dtype
+        if cuda_graphs is not None:
+            forward["cuda_graphs"] = cuda_graphs
         return {}, forward, {}
 
     def preprocess(self, text: str) -> dict[str, torch.Tensor]:
@@ -345,10 +363,12 @@ class VaswaniTranslationPipeline(Pipeline):
         self,
         model_inputs: dict[str, torch.Tensor],
         decoding_dtype: torch.dtype | None = None,
+        cuda_graphs: bool = False,
         **generate_kwargs: Any,
     ) -> dict[str, torch.Tensor]:
         """generate() in `translate`'s precision (bfloat16 autocast on such devices unless `decoding_dtype`) for
-        the sentences with words; blank ones get only padding, which decodes to an empty translation."""
+        the sentences with words, through CUDA graphs with `cuda_graphs` (as `translate`); blank ones get only
+        padding, which decodes to an empty translation."""
         input_ids, attention_mask = model_inputs["input_ids"], model_inputs["attention_mask"]
         with_words = attention_mask.sum(-1) > self.tokenizer.num_special_tokens_to_add()
         generation = self.model.generation_config
@@ -358,8 +378,9 @@ class VaswaniTranslationPipeline(Pipeline):
             precision = decoding_precision(
                 self.model.dtype, self.model.device, decoding_dtype, width=self.model.config.d_model
             )
+            generate = partial(bucketed_generate, self.model) if cuda_graphs else self.model.generate
             with autocast_to(precision, self.model.dtype, self.model.device):
-                output_ids = self.model.generate(
+                output_ids = generate(
                     input_ids=input_ids[with_words],
                     attention_mask=attention_mask[with_words],
                     **generate_kwargs,

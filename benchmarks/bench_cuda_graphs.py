@@ -1,0 +1,119 @@
+"""Decoding through CUDA graphs against plain generate() and MarianMTModel, same run (issue 53, item 1).
+
+    python benchmarks/bench_cuda_graphs.py                       # CUDA: base, vocabulary 37k, batch 1 and 64
+    python benchmarks/bench_cuda_graphs.py --device cpu --preset tiny --vocab_size 1000 --batch 8 --backend eager
+
+Random weights (MarianMTModel computing the same function: bench_decoding.marian_copy), random sources of
+--source_length tokens, exactly --new_tokens output tokens each (min = max), so every decoder does the same work,
+at batch 1 and --batch, beam 4 and greedy: ours plain (`generate()`), ours through CUDA graphs
+(`cuda_graphs_vaswani_transformer.bucketed_generate`, what `translate(..., cuda_graphs=True)` and `--cuda_graphs`
+run) and MarianMTModel, all in --dtype. The first call of each shape is untimed: it compiles and records the graphs
+(printed as compile seconds). Prints one table: sentences/s, ms per batch, the speed-ups over MarianMTModel and
+over the plain path, and whether the graphs decoded the plain path's tokens. --backend compiles with another
+torch.compile backend than inductor's CUDA graphs (eager: no code generation, a smoke run on a CPU).
+"""
+
+import argparse
+import time
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from bench_decoding import marian_copy
+from peers import add_device_arguments, alternating_medians, dtype_name, resolve_dtype
+from transformers import CompileConfig, PreTrainedModel
+
+from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
+from vaswani_transformer.modeling.cuda_graphs_vaswani_transformer import (
+    bucketed_generate,
+    cuda_graphs_compile_config,
+)
+
+SEARCHES = {"beam 4": 4, "greedy": 1}
+
+
+def compile_config(backend: str, device: str) -> CompileConfig:
+    """The package's CUDA-graph compile_config, or one with `backend` (compiling on a CPU too)."""
+    if backend == "inductor" and device.startswith("cuda"):
+        return cuda_graphs_compile_config()
+    config = CompileConfig(dynamic=False, backend=backend, mode=None)
+    config._compile_all_devices = True
+    return config
+
+
+def timed_once(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def shape_row(
+    args: argparse.Namespace,
+    ours: VaswaniTransformerForConditionalGeneration,
+    marian: PreTrainedModel,
+    graphs_config: CompileConfig,
+    search: str,
+    batch: int,
+) -> str:
+    """One search at one batch size, every decoder timed in turns: the table's row."""
+    sources = torch.randint(4, args.vocab_size, (batch, args.source_length), device=args.device)
+    inputs = {"input_ids": sources, "attention_mask": torch.ones_like(sources)}
+    settings = {
+        "max_new_tokens": args.new_tokens,
+        "min_new_tokens": args.new_tokens,
+        "num_beams": SEARCHES[search],
+    }
+    runs = {
+        "plain": partial(ours.generate, **inputs, **settings),
+        "graphs": partial(bucketed_generate, ours, **inputs, **settings, compile_config=graphs_config),
+        "marian": partial(marian.generate, **inputs, **settings),
+    }
+    with torch.no_grad():
+        compile_seconds = timed_once(runs["graphs"])
+        seconds = alternating_medians(runs, args.repeats, args.device)
+        same = torch.equal(runs["plain"](), runs["graphs"]())
+    return (
+        f"| {search} | {batch} | {seconds['plain']:.4f} | {seconds['graphs']:.4f} | {seconds['marian']:.4f} "
+        f"| {batch / seconds['graphs']:,.1f} | {seconds['marian'] / seconds['graphs']:.2f}× "
+        f"| {seconds['plain'] / seconds['graphs']:.2f}× | {compile_seconds:.1f} | {'yes' if same else 'no'} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_device_arguments(parser)
+    parser.add_argument("--preset", default="base")
+    parser.add_argument("--vocab_size", type=int, default=37000)
+    parser.add_argument("--batch", type=int, default=64, help="the large batch (batch 1 is always run)")
+    parser.add_argument("--source_length", type=int, default=20)
+    parser.add_argument("--new_tokens", type=int, default=20, help="output tokens per sentence (fixed)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--backend", default="inductor", help="torch.compile backend (inductor: CUDA graphs)")
+    args = parser.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error("--device cuda: this machine has no CUDA GPU; give --device cpu with --backend eager")
+    if args.device == "cpu" and args.backend == "inductor":
+        parser.error("CUDA graphs need a GPU: on a CPU give --backend eager (a smoke run)")
+
+    torch.manual_seed(0)
+    dtype = resolve_dtype(args.dtype, args.device)
+    config = VaswaniTransformerConfig.from_preset(args.preset, vocab_size=args.vocab_size)
+    ours = VaswaniTransformerForConditionalGeneration(config).to(args.device, dtype).eval()
+    marian = marian_copy(ours)
+    graphs_config = compile_config(args.backend, args.device)
+    print(
+        f"{args.preset}, vocabulary {args.vocab_size:,}, {dtype_name(dtype)}, {args.device}, {args.backend}"
+    )
+    print(
+        "| search | batch | plain s | graphs s | Marian s | graphs sent/s | × Marian | × plain | compile s | same tokens |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for search in SEARCHES:
+        for batch in (1, args.batch):
+            print(shape_row(args, ours, marian, graphs_config, search, batch))
+
+
+if __name__ == "__main__":
+    main()
