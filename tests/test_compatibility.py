@@ -72,7 +72,7 @@ def test_a_folder_saved_before_loads_without_the_package_and_translates_as_it_di
 
 def test_every_console_command_of_before_is_still_declared() -> None:
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert scripts == INTERFACE["console_scripts"]
+    assert INTERFACE["console_scripts"].items() <= scripts.items()  # new commands (vaswani-convert) may join
 
 
 def command_flags(target: str, monkeypatch: pytest.MonkeyPatch) -> set[str]:
