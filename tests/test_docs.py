@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 import yaml
 
 from tests.conftest import fake_hub_session
@@ -352,10 +353,11 @@ def stdin_and_redirections(argv: list[str]) -> tuple[list[str], str | None, str 
 
 def runs_here(command: str, arguments: list[str]) -> bool:
     """Whether a documented command runs in miniature: not --help, not the WMT14 recipes (the Hub's corpus and 8
-    GPUs), and not a conversion of a released fairseq checkpoint (gigabytes from fairseq's servers), which are
-    only parsed."""
+    GPUs), not a conversion of a released fairseq checkpoint (gigabytes from fairseq's servers), which are only
+    parsed, and not CUDA graphs without a CUDA GPU (tests/modeling/test_cuda_graphs.py tests the refusal)."""
     return (
         "--help" not in arguments
+        and ("--cuda_graphs" not in arguments or torch.cuda.is_available())
         and not any("wmt14" in argument for argument in arguments)
         and not (command == "vaswani-convert" and arguments[:1] == ["fairseq"])
     )

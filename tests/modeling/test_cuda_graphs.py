@@ -6,7 +6,7 @@ replay."""
 
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,15 @@ from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
 REPO = Path(__file__).resolve().parents[2]
 SENTENCES = ["a b c", "d e", "f g h i", "j", "k l", "m n o p q", "r", "s t u"]
 BATCH_SIZES = (1, 3, 6, 8)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Iterator[None]:
+    """dynamo's compiled code, and its recompile count, belong to the model's `forward` code object for the whole
+    process: this file compiles one graph per bucket, which would leave later compile tests over their limit."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
 
 
 @pytest.fixture

@@ -159,8 +159,7 @@ def test_translate_command_names_input_that_is_not_utf8(
 def test_a_tokenizer_from_another_vocabulary_is_refused_at_load(
     letter_tokenizer, tmp_path: Path, capsys
 ) -> None:
-    from conftest import tiny_config
-
+    from tests.conftest import tiny_config
     from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 
     VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=64)).save_pretrained(tmp_path)
