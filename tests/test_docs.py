@@ -354,13 +354,19 @@ def stdin_and_redirections(argv: list[str]) -> tuple[list[str], str | None, str 
 def runs_here(command: str, arguments: list[str]) -> bool:
     """Whether a documented command runs in miniature: not --help, not the WMT14 recipes (the Hub's corpus and 8
     GPUs), not a conversion of a released fairseq checkpoint (gigabytes from fairseq's servers), which are only
-    parsed, and not CUDA graphs without a CUDA GPU (tests/modeling/test_cuda_graphs.py tests the refusal)."""
+    parsed, and not what needs a CUDA GPU on a machine without one (the refusals have tests of their own)."""
     return (
         "--help" not in arguments
-        and ("--cuda_graphs" not in arguments or torch.cuda.is_available())
+        and (torch.cuda.is_available() or not needs_a_cuda_gpu(arguments))
         and not any("wmt14" in argument for argument in arguments)
         and not (command == "vaswani-convert" and arguments[:1] == ["fairseq"])
     )
+
+
+def needs_a_cuda_gpu(arguments: list[str]) -> bool:
+    """--cuda_graphs, or --device cuda[:N]."""
+    devices = [value for flag, value in zip(arguments, arguments[1:], strict=False) if flag == "--device"]
+    return "--cuda_graphs" in arguments or any(device.startswith("cuda") for device in devices)
 
 
 def cache_published_model(hf_home: Path, arguments: list[str], workspace: Path) -> None:
