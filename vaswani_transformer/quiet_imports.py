@@ -1,4 +1,5 @@
-"""Import warnings that concern no user of this package, held back while the imports that print them run."""
+"""What concerns no user of this package, held back: import warnings while the imports that print them run, and
+transformers' progress bars while this package writes folders or trains."""
 
 import contextlib
 import logging
@@ -19,3 +20,21 @@ def quiet_import_warnings() -> Iterator[None]:
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def no_transformers_progress_bars() -> Iterator[None]:
+    """transformers' progress bars off for the block (as they were afterwards): save_pretrained draws a "Writing
+    model shards" bar for a one-shard folder, for every checkpoint and converted folder; library code does not
+    print, and the training job's progress is its own line per log."""
+    from transformers.utils import (
+        logging as transformers_logging,  # on use: transformers is imported after this
+    )
+
+    enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            transformers_logging.enable_progress_bar()

@@ -12,19 +12,18 @@ Only the model this package holds converts: the paper's post-norm Transformer wi
 decoder and softmax. Anything else is refused before anything is written, naming what differs.
 """
 
-import contextlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import FSMTConfig, FSMTForConditionalGeneration, FSMTTokenizer
-from transformers.utils import logging as transformers_logging
 
 from ..files import check_apart, folder_written_whole
+from ..quiet_imports import no_transformers_progress_bars
 from .fairseq_options import (
     CANNOT_HOLD,
     check_architecture,
@@ -258,22 +257,9 @@ def fsmt_parts(checkpoint_dir: Path) -> FsmtParts:
     )
 
 
-@contextlib.contextmanager
-def no_progress_bars() -> Iterator[None]:
-    """transformers' progress bars off while the folder is written (as they were afterwards): library code does
-    not print, and save_pretrained draws a "Writing model shards" bar for its one shard."""
-    enabled = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled:
-            transformers_logging.enable_progress_bar()
-
-
 def write_parts(parts: FsmtParts, folder: Path) -> None:
     """The FSMT folder's files: what transformers' script writes, the weights as model.safetensors."""
-    with no_progress_bars():
+    with no_transformers_progress_bars():
         parts.model.save_pretrained(folder)
     vocabulary = json.dumps(parts.vocabulary, ensure_ascii=False, indent=2)
     files = {"src_vocab_file": folder / "vocab-src.json", "tgt_vocab_file": folder / "vocab-tgt.json"}

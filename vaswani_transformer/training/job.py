@@ -25,6 +25,7 @@ from ..data.token_arrays import TokenizedPairs, tokenize_pairs
 from ..files import write_failures_named
 from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
 from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from ..quiet_imports import no_transformers_progress_bars
 from .arguments import paper_training_arguments
 from .checkpoints import TRAINER_STATE_NAME
 from .checks import check_inputs
@@ -38,7 +39,6 @@ from .monitoring import (
     collapse_check_step,
     dev_metrics,
     failure_advice,
-    only_progress_lines,
     trained_seconds,
     unigram_loss,
 )
@@ -118,7 +118,7 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
         )
         trainer.state = finished
     else:
-        with only_progress_lines(), write_failures_named(options.output_dir, "--output_dir"):
+        with no_transformers_progress_bars(), write_failures_named(options.output_dir, "--output_dir"):
             trainer.train(resume_from_checkpoint=checkpoint)
     # The run's training time over all its sessions (a resumed run's card and summary tell the whole run's)
     train_seconds = max(trained_seconds(trainer.state), time.perf_counter() - started)

@@ -6,11 +6,10 @@ BLEU means nothing, so `HealthCheck` stops the job with a `TrainingFailure` that
 change, instead of letting it save and report a result.
 """
 
-import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,6 @@ from transformers import (
     TrainerState,
     TrainingArguments,
 )
-from transformers.utils import logging as transformers_logging
 
 from ..data.tokenization import lowercases
 from ..evaluation.bleu import sacre_bleu
@@ -245,19 +243,6 @@ class TrainingProgress(TrainerCallback):
                 f"step {step}/{total}  loss {logs['loss']:.3f}  lr {logs.get('learning_rate', 0):.2e}  "
                 f"{tokens:.1f}k target tokens/s  {self.dev}  {_duration(elapsed)} elapsed, ETA {_duration(remaining)}"
             )
-
-
-@contextlib.contextmanager
-def only_progress_lines() -> Iterator[None]:
-    """transformers' own progress bars off while training (as they were afterwards): every checkpoint would print
-    a "Writing model shards" bar for its one shard; the job's progress is `TrainingProgress`'s line per log."""
-    enabled = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled:
-            transformers_logging.enable_progress_bar()
 
 
 def dev_metrics(tokenizer: PreTrainedTokenizerBase) -> Callable[[EvalPrediction], dict[str, float]]:
