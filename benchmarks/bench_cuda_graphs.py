@@ -9,17 +9,21 @@ at batch 1 and --batch, beam 4 and greedy: ours plain (`generate()`), ours throu
 (`cuda_graphs_vaswani_transformer.bucketed_generate`, what `translate(..., cuda_graphs=True)` and `--cuda_graphs`
 run) and MarianMTModel, all in --dtype. The first call of each shape is untimed: it compiles and records the graphs
 (printed as compile seconds). Prints one table: sentences/s, ms per batch, the speed-ups over MarianMTModel and
-over the plain path, and whether the graphs decoded the plain path's tokens. --backend compiles with another
-torch.compile backend than inductor's CUDA graphs (eager: no code generation, a smoke run on a CPU).
+over the plain path, and whether the graphs decoded the plain path's tokens. After the table, one line per run and
+search in bench_decoding.py's format (sentences/s at --batch, one sentence's latency), which gpu_owed.py's decision
+run reads: `ours DTYPE` is the CUDA-graph path (the option under test), `plain DTYPE` plain generate() and
+`marian DTYPE` MarianMTModel. --backend compiles with another torch.compile backend than inductor's CUDA graphs
+(eager: no code generation, a smoke run on a CPU).
 """
 
 import argparse
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import torch
-from bench_decoding import marian_copy
+from bench_decoding import marian_copy, report
 from peers import add_device_arguments, alternating_medians, dtype_name, resolve_dtype
 from transformers import CompileConfig, PreTrainedModel
 
@@ -47,15 +51,33 @@ def timed_once(run: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def shape_row(
+RUNS = {
+    "graphs": "ours",
+    "plain": "plain",
+    "marian": "marian",
+}  # this table's names → the decision run's rows
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One search at one batch size: each decoder's median seconds, the first call's (compiling) seconds, and
+    whether the graphs decoded the plain path's tokens."""
+
+    batch: int
+    seconds: dict[str, float]
+    compile_seconds: float
+    same: bool
+
+
+def time_shape(
     args: argparse.Namespace,
     ours: VaswaniTransformerForConditionalGeneration,
     marian: PreTrainedModel,
     graphs_config: CompileConfig,
     search: str,
     batch: int,
-) -> str:
-    """One search at one batch size, every decoder timed in turns: the table's row."""
+) -> Timing:
+    """One search at one batch size, every decoder timed in turns."""
     sources = torch.randint(4, args.vocab_size, (batch, args.source_length), device=args.device)
     inputs = {"input_ids": sources, "attention_mask": torch.ones_like(sources)}
     settings = {
@@ -72,11 +94,34 @@ def shape_row(
         compile_seconds = timed_once(runs["graphs"])
         seconds = alternating_medians(runs, args.repeats, args.device)
         same = torch.equal(runs["plain"](), runs["graphs"]())
+    return Timing(batch, seconds, compile_seconds, same)
+
+
+def table_row(search: str, timing: Timing) -> str:
+    seconds = timing.seconds
     return (
-        f"| {search} | {batch} | {seconds['plain']:.4f} | {seconds['graphs']:.4f} | {seconds['marian']:.4f} "
-        f"| {batch / seconds['graphs']:,.1f} | {seconds['marian'] / seconds['graphs']:.2f}× "
-        f"| {seconds['plain'] / seconds['graphs']:.2f}× | {compile_seconds:.1f} | {'yes' if same else 'no'} |"
+        f"| {search} | {timing.batch} | {seconds['plain']:.4f} | {seconds['graphs']:.4f} | {seconds['marian']:.4f} "
+        f"| {timing.batch / seconds['graphs']:,.1f} | {seconds['marian'] / seconds['graphs']:.2f}× "
+        f"| {seconds['plain'] / seconds['graphs']:.2f}× | {timing.compile_seconds:.1f} "
+        f"| {'yes' if timing.same else 'no'} |"
     )
+
+
+def report_runs(
+    args: argparse.Namespace, dtype: torch.dtype, search: str, one: Timing, batch: Timing
+) -> None:
+    """Each decoder's line in bench_decoding.py's format: --batch sentences at a time, and one sentence's latency."""
+    for run, name in RUNS.items():
+        report(
+            f"{name} {dtype_name(dtype)}",
+            SEARCHES[search],
+            batch.batch,
+            args.new_tokens,
+            batch.seconds[run],
+            one.seconds[run],
+            None,
+            None,
+        )
 
 
 def main() -> None:
@@ -110,9 +155,16 @@ def main() -> None:
         "| search | batch | plain s | graphs s | Marian s | graphs sent/s | × Marian | × plain | compile s | same tokens |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for search in SEARCHES:
-        for batch in (1, args.batch):
-            print(shape_row(args, ours, marian, graphs_config, search, batch))
+    timings = {
+        search: [time_shape(args, ours, marian, graphs_config, search, batch) for batch in (1, args.batch)]
+        for search in SEARCHES
+    }
+    for search, shapes in timings.items():
+        for timing in shapes:
+            print(table_row(search, timing))
+    print()
+    for search, (one, batch) in timings.items():
+        report_runs(args, dtype, search, one, batch)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,16 @@ MarianMTModel, read from its items' output, in one table, with the defaults it r
 
 The default run's items (`DECIDING`, in gpu_owed.ITEMS' order) measure, on one GPU in bfloat16: the `base` training
 step and a short job, eager and compiled; decoding (`base`, vocabulary 37k, 20 output tokens) with plain
-generate(), with CUDA graphs (static cache and a forward compiled with mode="reduce-overhead", both models) and
-in CTranslate2, beam 4 and greedy, at batch 64 and for one sentence. MarianMTModel's figures are its plain,
-eager ones in the same precision (as its users run it), from the items' own rows.
+generate(), with CUDA graphs (the `cuda_graphs` option: bench_cuda_graphs.py times `bucketed_generate`, one kept
+static cache per bucket and a step compiled with mode="reduce-overhead") and in CTranslate2, beam 4 and greedy,
+at batch 64 and for one sentence. MarianMTModel's figures are its plain, eager ones in the same precision (as its
+users run it), from the items' own rows: every path is compared with MarianMTModel of its own run (and CUDA
+graphs with the plain path of theirs), never with another item's, since two runs of one model differ by 15% on one
+GPU (measured).
+
+CUDA graphs become the decoding default only where they pay for their compiling within a job of `JOB_SENTENCES`
+sentences (the size of the main job's test split): the seconds they save at batch 64, beam 4, must exceed the
+seconds their shapes took to compile and record.
 
 A recommendation compares only what was measured: an item that failed, ran out of its budget or was skipped is
 named, and nothing is recommended from it. The job's recommendation counts its whole wall time, compiling
@@ -13,6 +20,7 @@ included, over the measured steps.
 """
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +39,11 @@ CTRANSLATE2_TARGET = 5.0
 STEP_RATE_TARGET = 1.5  # the base job's target tokens/s over Marian's step
 JOB_SHARE_TARGET = 90.0  # % of the model step alone
 CELLS = ((4, False), (4, True), (1, False), (1, True))  # (beams, one sentence?)
+JOB_SENTENCES = 1000  # a decoding job the default must serve well: the main job's test split
+MARIAN = "MarianMTModel"
+GRAPH_ROW = re.compile(
+    r"^\| (?:beam 4|greedy) \| \d+ \|(?: [\d.]+ \|){3} [\d,.]+ \|.*\| (?P<compile>[\d.]+) \| (?:yes|no) \|$"
+)
 
 
 @dataclass(frozen=True)
@@ -56,24 +69,42 @@ def speedup(ours: float, marian: float, single: bool) -> float:
     return marian / ours if single else ours / marian
 
 
-def decoding_paths(outputs: Mapping[str, str]) -> dict[str, dict[tuple[int, bool], float]]:
-    """Each decoding path's cells, (beams, one sentence?) → value, from the items that ran: ours plain, ours with
-    CUDA graphs, each CTranslate2 compute type, and MarianMTModel plain in ours's precision."""
-    paths: dict[str, dict[tuple[int, bool], float]] = {}
-    sources = (
-        (PLAIN, f"ours {PRECISION}", "ours, plain generate()"),
-        (GRAPHS, f"ours {PRECISION}", "ours, CUDA graphs"),
-        (PLAIN, f"marian {PRECISION}", "MarianMTModel"),
-        (CT2, f"marian {PRECISION}", "MarianMTModel"),  # where the plain item did not run
-    )
-    for item, run, path in sources:
+@dataclass(frozen=True)
+class DecodingPath:
+    """One decoding path's cells, (beams, one sentence?) → value, with its run's own MarianMTModel cells and, for
+    CUDA graphs, its run's own plain generate() cells (the peers it is compared with)."""
+
+    cells: dict[tuple[int, bool], float]
+    marian: dict[tuple[int, bool], float]
+    plain: dict[tuple[int, bool], float] | None = None
+
+
+def decoding_paths(outputs: Mapping[str, str]) -> dict[str, DecodingPath]:
+    """Each decoding path that ran: ours plain (the plain item, else the CTranslate2 item's own row), ours with
+    CUDA graphs, and each CTranslate2 compute type, each with its own run's peers."""
+    paths: dict[str, DecodingPath] = {}
+    for item in (PLAIN, CT2):
         speeds = decoding_speeds(outputs.get(item, ""))
-        if path not in paths and any(name == run for name, _ in speeds):
-            paths[path] = cells(speeds, run)
+        if "ours, plain generate()" not in paths and has_run(speeds, f"ours {PRECISION}"):
+            paths["ours, plain generate()"] = DecodingPath(
+                cells(speeds, f"ours {PRECISION}"), cells(speeds, f"marian {PRECISION}")
+            )
+    graphs = decoding_speeds(outputs.get(GRAPHS, ""))
+    if has_run(graphs, f"ours {PRECISION}"):
+        own_plain = cells(graphs, f"plain {PRECISION}") if has_run(graphs, f"plain {PRECISION}") else None
+        paths["ours, CUDA graphs"] = DecodingPath(
+            cells(graphs, f"ours {PRECISION}"), cells(graphs, f"marian {PRECISION}"), own_plain
+        )
     ct2_speeds = decoding_speeds(outputs.get(CT2, ""))
     for name in dict.fromkeys(name for name, _ in ct2_speeds if name.startswith("ct2 ")):
-        paths[f"CTranslate2 {name.removeprefix('ct2 ')}"] = cells(ct2_speeds, name)
+        paths[f"CTranslate2 {name.removeprefix('ct2 ')}"] = DecodingPath(
+            cells(ct2_speeds, name), cells(ct2_speeds, f"marian {PRECISION}")
+        )
     return paths
+
+
+def has_run(speeds: Mapping[tuple[str, int], tuple[float, float]], run: str) -> bool:
+    return any(name == run for name, _ in speeds)
 
 
 def cells(speeds: Mapping[tuple[str, int], tuple[float, float]], run: str) -> dict[tuple[int, bool], float]:
@@ -84,14 +115,19 @@ def cells(speeds: Mapping[tuple[str, int], tuple[float, float]], run: str) -> di
     }
 
 
-def decoding_rows(paths: Mapping[str, Mapping[tuple[int, bool], float]]) -> list[Row]:
-    marian = paths.get("MarianMTModel", {})
+def compile_seconds(output: str) -> float | None:
+    """bench_cuda_graphs.py's compile seconds over all its shapes (each shape's first call), None if not printed."""
+    seconds = [float(match["compile"]) for line in output.splitlines() if (match := GRAPH_ROW.match(line))]
+    return sum(seconds) if seconds else None
+
+
+def decoding_rows(paths: Mapping[str, DecodingPath]) -> list[Row]:
     rows = []
     for beams, single in CELLS:
-        for path, values in paths.items():
-            if path == "MarianMTModel" or (beams, single) not in values:
+        for path, found in paths.items():
+            if (beams, single) not in found.cells:
                 continue
-            value, baseline = values[(beams, single)], marian.get((beams, single))
+            value, baseline = found.cells[(beams, single)], found.marian.get((beams, single))
             rows.append(
                 Row(
                     f"decoding {cell_name(beams, single)}",
@@ -158,9 +194,15 @@ def markdown(rows: Sequence[Row]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row.cells()) + " |" for row in rows])
 
 
-def graph_wins(paths: Mapping[str, Mapping[tuple[int, bool], float]]) -> dict[tuple[int, bool], bool]:
+def graph_peer(paths: Mapping[str, DecodingPath]) -> dict[tuple[int, bool], float]:
+    """The plain path CUDA graphs are compared with: their own run's, else the plain item's."""
+    graphs = paths["ours, CUDA graphs"]
+    return graphs.plain if graphs.plain is not None else paths["ours, plain generate()"].cells
+
+
+def graph_wins(paths: Mapping[str, DecodingPath]) -> dict[tuple[int, bool], bool]:
     """Per cell measured on both paths: whether CUDA graphs beat plain generate() there."""
-    plain, graphs = paths.get("ours, plain generate()", {}), paths.get("ours, CUDA graphs", {})
+    graphs, plain = paths["ours, CUDA graphs"].cells, graph_peer(paths)
     return {
         cell: (graphs[cell] < plain[cell]) if cell[1] else (graphs[cell] > plain[cell])
         for cell in CELLS
@@ -168,22 +210,31 @@ def graph_wins(paths: Mapping[str, Mapping[tuple[int, bool], float]]) -> dict[tu
     }
 
 
-def default_decoding_path(paths: Mapping[str, Mapping[tuple[int, bool], float]]) -> str | None:
+def seconds_saved(paths: Mapping[str, DecodingPath], sentences: int) -> float:
+    """What CUDA graphs save over the plain path decoding `sentences` at batch 64, beam 4."""
+    plain, graphs = graph_peer(paths)[(4, False)], paths["ours, CUDA graphs"].cells[(4, False)]
+    return sentences / plain - sentences / graphs
+
+
+def default_decoding_path(paths: Mapping[str, DecodingPath], compiling: float | None) -> str | None:
     """The torch engine's CUDA default: CUDA graphs where they beat plain generate() at beam 4 (the model's
-    decoding) both at batch 64 and for one sentence, else plain; None when either path has no figures."""
-    if not paths.get("ours, plain generate()") or not paths.get("ours, CUDA graphs"):
+    decoding) both at batch 64 and for one sentence, and save more than their `compiling` seconds within a job of
+    JOB_SENTENCES sentences; else plain. None when either path has no figures."""
+    if "ours, plain generate()" not in paths or "ours, CUDA graphs" not in paths:
         return None
     wins = graph_wins(paths)
-    return "ours, CUDA graphs" if wins.get((4, False)) and wins.get((4, True)) else "ours, plain generate()"
+    faster = wins.get((4, False)) and wins.get((4, True))
+    pays = faster and seconds_saved(paths, JOB_SENTENCES) > (compiling or 0.0)
+    return "ours, CUDA graphs" if pays else "ours, plain generate()"
 
 
-def decoding_recommendation(paths: Mapping[str, Mapping[tuple[int, bool], float]]) -> list[str]:
+def decoding_recommendation(paths: Mapping[str, DecodingPath], compiling: float | None) -> list[str]:
     """The torch engine's CUDA default (`default_decoding_path`), and whether CTranslate2 beats it."""
-    best = default_decoding_path(paths)
+    best = default_decoding_path(paths, compiling)
     if best is None:
-        missing = PLAIN if not paths.get("ours, plain generate()") else GRAPHS
+        missing = PLAIN if "ours, plain generate()" not in paths else GRAPHS
         return [f"decoding default: not decided ({missing} has no figures)"]
-    plain, graphs = paths["ours, plain generate()"], paths["ours, CUDA graphs"]
+    plain, graphs = graph_peer(paths), paths["ours, CUDA graphs"].cells
     default = best == "ours, CUDA graphs"
     lines = [
         f"decoding default on CUDA: {'CUDA graphs' if default else 'plain generate()'} "
@@ -191,12 +242,19 @@ def decoding_recommendation(paths: Mapping[str, Mapping[tuple[int, bool], float]
         f"batch 64, {plain.get((4, True), math.nan):g} → {graphs.get((4, True), math.nan):g} ms for one sentence)"
     ]
     losses = [cell_name(*cell) for cell, won in graph_wins(paths).items() if not won]
-    if default and losses:
+    if losses:
         lines.append(f"  CUDA graphs are slower at: {', '.join(losses)}")
-    engines = {path: values for path, values in paths.items() if path.startswith("CTranslate2")}
-    if engines and (4, False) in paths[best]:
+    saved = seconds_saved(paths, 1) if (4, False) in plain and (4, False) in graphs else 0.0
+    if not default and compiling and saved > 0:
+        lines.append(
+            f"  compiling took {compiling:g} s, {saved * JOB_SENTENCES:.2f} s saved per {JOB_SENTENCES:,} "
+            f"sentences: --cuda_graphs pays after about {math.ceil(compiling / saved):,} sentences"
+        )
+    engines = {path: found.cells for path, found in paths.items() if path.startswith("CTranslate2")}
+    best_cells = plain if best == "ours, plain generate()" else graphs
+    if engines and (4, False) in best_cells:
         fastest = max(engines, key=lambda path: engines[path].get((4, False), 0.0))
-        times = engines[fastest].get((4, False), 0.0) / paths[best][(4, False)]
+        times = engines[fastest].get((4, False), 0.0) / best_cells[(4, False)]
         verb = "is" if times > 1 else "is not"
         lines.append(
             f"engine: {fastest} {verb} faster than the default PyTorch path ({times:.2f}× at beam 4, batch 64); "
@@ -247,21 +305,22 @@ def verdict(value: float | None, bound: float) -> str:
 
 
 def target_lines(
-    paths: Mapping[str, Mapping[tuple[int, bool], float]], runs: Mapping[str, TrainingSpeeds]
+    paths: Mapping[str, DecodingPath], runs: Mapping[str, TrainingSpeeds], compiling: float | None
 ) -> list[str]:
     """Issue 53's targets, each against the path that would be the default (the best CTranslate2 float type, and
     the training job with the higher step rate)."""
-    marian = paths.get("MarianMTModel", {})
-    default = default_decoding_path(paths)
+    default = default_decoding_path(paths, compiling)
     torch_paths = [paths[default]] if default else []
     engines = [
-        values for path, values in paths.items() if path.startswith("CTranslate2") and "int8" not in path
+        found for path, found in paths.items() if path.startswith("CTranslate2") and "int8" not in path
     ]
 
-    def best(candidates: Sequence[Mapping[tuple[int, bool], float]], cell: tuple[int, bool]) -> float | None:
-        if cell not in marian:
-            return None
-        found = [speedup(values[cell], marian[cell], cell[1]) for values in candidates if cell in values]
+    def best(candidates: Sequence[DecodingPath], cell: tuple[int, bool]) -> float | None:
+        found = [
+            speedup(path.cells[cell], path.marian[cell], cell[1])
+            for path in candidates
+            if cell in path.cells and cell in path.marian
+        ]
         return max(found, default=None)
 
     step_rates = [
@@ -287,10 +346,15 @@ def decision(outputs: Mapping[str, str], statuses: Mapping[str, str]) -> str:
     """The side-by-side table and the recommendations, from the output of the deciding items that ran (by item
     name) and every deciding item's status."""
     paths = decoding_paths(outputs)
+    compiling = compile_seconds(outputs.get(GRAPHS, ""))
     runs = {item: training_speeds(outputs[item]) for item in (EAGER, COMPILED) if item in outputs}
     rows = training_rows(runs) + decoding_rows(paths)
     lines = [markdown(rows) if rows else "(nothing measured)", ""]
     lines += [f"not measured: {item} ({status})" for item, status in statuses.items() if status != "ran"]
-    recommended = training_recommendation(runs) + decoding_recommendation(paths) + target_lines(paths, runs)
+    recommended = (
+        training_recommendation(runs)
+        + decoding_recommendation(paths, compiling)
+        + target_lines(paths, runs, compiling)
+    )
     lines += ["recommended:"] + [line if line.startswith("  ") else f"- {line}" for line in recommended]
     return "\n".join(lines)

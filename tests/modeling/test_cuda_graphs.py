@@ -195,8 +195,9 @@ def test_cuda_graph_translations_on_a_gpu_equal_the_plain_ones(model, letter_tok
 
 @pytest.mark.slow  # a fresh interpreter that imports torch and transformers, and compiles
 def test_the_gpu_benchmark_runs_in_miniature_and_finds_the_plain_tokens() -> None:
-    """benchmarks/bench_cuda_graphs.py, the command a GPU session times CUDA graphs with, on the CPU with the eager
-    backend: its table has a row per search and batch, each with the plain path's tokens."""
+    """benchmarks/bench_cuda_graphs.py, the command a GPU session times CUDA graphs with (gpu_owed.py's
+    decoding-base-compiled-bf16 item), on the CPU with the eager backend: its table has a row per search and batch,
+    each with the plain path's tokens, and a line per run in the format the decision run reads."""
     command = [sys.executable, "benchmarks/bench_cuda_graphs.py", "--device", "cpu", "--dtype", "float32"]
     command += [
         "--preset",
@@ -216,3 +217,6 @@ def test_the_gpu_benchmark_runs_in_miniature_and_finds_the_plain_tokens() -> Non
     rows = [line for line in done.stdout.splitlines() if line.startswith(("| beam 4 |", "| greedy |"))]
     assert [row.split(" | ")[1] for row in rows] == ["1", "3", "1", "3"]
     assert all(row.endswith("| yes |") for row in rows), done.stdout
+    # the lines gpu_owed.py's decision run reads (bench_decoding.py's format): each run, beam 4 and greedy
+    runs = [line.split(" beam ")[0].strip() for line in done.stdout.splitlines() if "sentences/s" in line]
+    assert runs == ["ours float32", "plain float32", "marian float32"] * 2, done.stdout
