@@ -26,6 +26,10 @@ from .recipes import available_recipes, cuda_settings, load_recipe, setting_defa
 PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
 FINAL_MODELS = ("average", "best", "last")
 MAX_VOCAB_SIZE = 1_000_000  # 27x the paper's 37,000; far larger asks the BPE trainer for memory it aborts on
+# Eq. (3) rises linearly for --warmup_steps W, so a run that ends at step M < W peaks at M/W of the schedule's peak.
+# Below 1/10,000 of it nothing trains (Adam moves a weight by about the learning rate per step); a trial of any
+# recipe (W at most 4,000, M at least 1) stays above it (docs/training.md, "The learning rate").
+MAX_WARMUP_PER_STEP = 10_000
 DEFAULT_RECIPE = "tatoeba"  # what `vaswani-train` runs without --recipe: the main job
 PATH_FIELDS = (
     "train_source",
@@ -271,6 +275,13 @@ class TrainOptions:
             raise ValueError(
                 f"--vocab_size must be at most {MAX_VOCAB_SIZE:,}, got {self.vocab_size:,} (the paper: 37,000)."
             )
+        if self.warmup_steps > MAX_WARMUP_PER_STEP * self.max_steps:
+            raise ValueError(
+                f"--warmup_steps {self.warmup_steps:,} is beyond --max_steps {self.max_steps:,}' reach: the "
+                f"learning rate rises for {self.warmup_steps:,} steps (eq. (3)), so the run would end at "
+                f"{self.max_steps / self.warmup_steps:.1e} of its peak and train nothing. Give --warmup_steps at "
+                f"most --max_steps (the paper: 4,000 of 100,000), or raise --max_steps."
+            )
         if self.max_tokens < self.max_length:  # a pair of max_length tokens would overflow every batch
             raise ValueError(
                 f"--max_tokens {self.max_tokens} is below --max_length {self.max_length}: a kept pair may be "
@@ -315,6 +326,16 @@ class TrainOptions:
         return (
             f"warning: --average_last {self.average_last}, but the run writes {checkpoints} checkpoint(s) "
             f"(--max_steps {self.max_steps}, --save_steps {self.save_steps}): the final model averages those."
+        )
+
+    def warmup_shortfall(self) -> str | None:
+        """A warning when the run ends (at --max_steps) before its warm-up does, else None."""
+        if self.warmup_steps <= self.max_steps:
+            return None
+        return (
+            f"warning: --warmup_steps {self.warmup_steps:,} is beyond --max_steps {self.max_steps:,}: training "
+            f"ends while the learning rate still rises, at {self.max_steps / self.warmup_steps:.1%} of eq. (3)'s "
+            "peak."
         )
 
     def _check_config_overrides(self) -> None:
