@@ -179,7 +179,7 @@ def _trainer_for(
     """The paper's recipe on Seq2SeqTrainer, with dev decoding, the health check and the progress lines."""
     callbacks: list[TrainerCallback] = [
         ResumedCadence(),
-        TrainingTimeBudget(options.max_train_minutes),
+        TrainingTimeBudget(options.max_train_minutes, options.warmup_steps),
         TrainingProgress(options.max_train_minutes),
     ]
     if options.health_checks:

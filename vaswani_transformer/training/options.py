@@ -164,10 +164,14 @@ class TrainOptions:
     max_train_minutes: float | None = _setting(
         "max_train_minutes",
         "end training after this many minutes of it, over every session of the run, or at --max_steps if that "
-        "comes first (fairseq's --stop-time-hours); the step that reaches it saves a checkpoint, so stopping on "
-        "time is a normal end; none: --max_steps alone",
+        "comes first (fairseq's --stop-time-hours); minutes the process ran: a stopped process's pause (kill "
+        "-STOP) does not count; the step that reaches it saves a checkpoint, so stopping on time is a normal end; "
+        "none: --max_steps alone",
     )
-    warmup_steps: int = _setting("warmup_steps", "warm-up steps of eq. (3)")
+    warmup_steps: int = _setting(
+        "warmup_steps",
+        f"warm-up steps of eq. (3); beyond --max_steps a warning, beyond {MAX_WARMUP_PER_STEP:,} times it an error",
+    )
     lr_scale: float = _setting("lr_scale", "multiplies eq. (3); 1 is the paper's learning rate")
     save_steps: int = _setting("save_steps", "checkpoint interval")
     average_last: int = _setting("average_last", "checkpoints averaged into the final model (§6.1)")
@@ -277,9 +281,9 @@ class TrainOptions:
             )
         if self.warmup_steps > MAX_WARMUP_PER_STEP * self.max_steps:
             raise ValueError(
-                f"--warmup_steps {self.warmup_steps:,} is beyond --max_steps {self.max_steps:,}' reach: the "
+                f"--warmup_steps {self.warmup_steps:,} is beyond the reach of --max_steps {self.max_steps:,}: the "
                 f"learning rate rises for {self.warmup_steps:,} steps (eq. (3)), so the run would end at "
-                f"{self.max_steps / self.warmup_steps:.1e} of its peak and train nothing. Give --warmup_steps at "
+                f"{self.max_steps:,}/{self.warmup_steps:,} of its peak and train nothing. Give --warmup_steps at "
                 f"most --max_steps (the paper: 4,000 of 100,000), or raise --max_steps."
             )
         if self.max_tokens < self.max_length:  # a pair of max_length tokens would overflow every batch
@@ -334,7 +338,7 @@ class TrainOptions:
             return None
         return (
             f"warning: --warmup_steps {self.warmup_steps:,} is beyond --max_steps {self.max_steps:,}: training "
-            f"ends while the learning rate still rises, at {self.max_steps / self.warmup_steps:.1%} of eq. (3)'s "
+            f"ends while the learning rate still rises, at {self.max_steps:,}/{self.warmup_steps:,} of eq. (3)'s "
             "peak."
         )
 

@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerBase
 from ..data.corpora import TATOEBA_FILE
 from ..data.tokenization import load_tokenizer
 from ..files import is_local_path, sha256_file
+from ..modeling.configuration_vaswani_transformer import PRESETS
 from .options import PATH_FIELDS, TrainOptions
 from .run_folder import OPTIONS_FILE, RunFolderError, write_options
 
@@ -30,16 +31,9 @@ logger = logging.getLogger(__name__)
 CORPUS_SHA256 = "corpus_sha256"  # in train_options.json: each corpus file's SHA-256, by the setting naming it
 VOCABULARY = "vocabulary"  # in train_options.json: {"vocab_size": what it was trained to, "tokens": its size}
 EMBEDDED_CORPUS = "embedded_tatoeba"  # the key of the embedded corpus (no --train_source) in CORPUS_SHA256
-# Keys of a saved config.json that say where and how it was saved, not what the model is.
-NOT_THE_MODEL = {
-    "architectures",
-    "auto_map",
-    "custom_pipelines",
-    "dtype",
-    "torch_dtype",
-    "transformers_version",
-}
-NOT_THE_MODEL |= {"_name_or_path", "vocab_size"}  # vocab_size: the vocabulary's, checked against it
+# The config keys a run's settings give (--preset, --dropout; --config_overrides adds its own): the others keep
+# their defaults, which another version of the package may change without the run's record changing.
+SET_BY_THE_SETTINGS = {key for preset in PRESETS.values() for key in preset} | {"dropout"}
 
 
 def corpus_files(options: TrainOptions) -> dict[str, Path]:
@@ -157,15 +151,14 @@ def _learnt_merges(tokenizer: PreTrainedTokenizerBase) -> bool:
 
 
 def _check_model_config(options: TrainOptions, saved: Path, tokens: int | None) -> None:
-    """Each value the checkpoint's config.json holds is the one the record's settings give (vocab_size: the
-    vocabulary's size)."""
-    model = json.loads(
-        saved.read_text(encoding="utf-8")
-    )  # read whole: `checkpoints.resume_problem` checked it
+    """Each value of the checkpoint's config.json that the record's settings give is the one they give, and its
+    vocab_size is the vocabulary's size."""
+    model = json.loads(saved.read_text(encoding="utf-8"))  # whole: `checkpoints.resume_problem` checked it
     expected = json.loads(options.model_config().to_json_string(use_diff=False))
-    if tokens is not None:
-        expected["vocab_size"] = tokens
-    compared = set(model) - NOT_THE_MODEL | ({"vocab_size"} if tokens is not None else set())
+    expected["vocab_size"] = tokens
+    compared = (SET_BY_THE_SETTINGS | set(options.config_overrides) | {"vocab_size"}) & set(model)
+    if tokens is None:  # no vocabulary yet: nothing to compare the size with
+        compared.discard("vocab_size")
     differences = [
         f"{key} {json.dumps(model.get(key))} (the record's settings give {json.dumps(expected.get(key))})"
         for key in sorted(compared)
