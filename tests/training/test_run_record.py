@@ -11,9 +11,11 @@ import pytest
 
 from vaswani_transformer.cli.train import parse_options
 from vaswani_transformer.data.corpora import TATOEBA_FILE
+from vaswani_transformer.data.tokenization import load_tokenizer
 from vaswani_transformer.training.checkpoints import resume_problem, whole_checkpoints
-from vaswani_transformer.training.checks import check_inputs
+from vaswani_transformer.training.checks import check_resume
 from vaswani_transformer.training.run_folder import resume_point
+from vaswani_transformer.training.run_record import record_run
 
 
 @pytest.fixture
@@ -50,7 +52,7 @@ def test_resume_sets_aside_a_checkpoint_with_a_damaged_file_and_continues_from_t
     assert damaged in resume_problem(run / "checkpoint-60") and "cut short or damaged" in resume_problem(
         run / "checkpoint-60"
     )
-    check_inputs(parse_options(["--output_dir", str(run), "--resume"]))  # passes: checkpoint-40 is whole
+    check_resume(parse_options(["--output_dir", str(run), "--resume"]))  # passes: checkpoint-40 is whole
     assert resume_point(run, resume=True, is_main=True) == str(run / "checkpoint-40")
     assert (run / "incomplete-checkpoint-60" / damaged).is_file() and not (run / "checkpoint-60").exists()
     assert any(
@@ -69,11 +71,16 @@ def test_a_checkpoint_without_its_optimiser_state_is_not_resumed_but_still_avera
 def test_a_record_from_before_the_fingerprints_resumes_with_a_warning(run: Path, caplog) -> None:
     """A run begun before its corpora were fingerprinted cannot be checked against them: it resumes (refusing it
     would strand every such run), says so, and is recorded in full from this session on."""
-    recorded = record(run)
+    recorded_when_it_began = record(run)
+    recorded = dict(recorded_when_it_began)
     del recorded["corpus_sha256"], recorded["vocabulary"]
     (run / "train_options.json").write_text(json.dumps(recorded), encoding="utf-8")
-    check_inputs(parse_options(["--output_dir", str(run), "--resume"]))
-    assert any("holds no fingerprint of the corpora" in message for message in caplog.messages)
+    options = parse_options(["--output_dir", str(run), "--resume"])
+    check_resume(options)
+    record_run(options, load_tokenizer(str(run / "tokenizer")))  # as the job does once the checks passed
+    assert [message for message in caplog.messages if "holds no fingerprint of the corpora" in message]
+    assert record(run)["corpus_sha256"] == recorded_when_it_began["corpus_sha256"]
+    assert record(run)["vocabulary"] == recorded_when_it_began["vocabulary"]
 
 
 def test_a_vocabulary_larger_than_vocab_size_with_merges_contradicts_an_older_record(run: Path) -> None:
@@ -85,4 +92,4 @@ def test_a_vocabulary_larger_than_vocab_size_with_merges_contradicts_an_older_re
     with pytest.raises(
         ValueError, match="says vocab_size 100, but the run's vocabulary .* merges among them"
     ):
-        check_inputs(parse_options(["--output_dir", str(run), "--resume"]))
+        check_resume(parse_options(["--output_dir", str(run), "--resume"]))

@@ -24,7 +24,7 @@ from ..data.tokenization import load_tokenizer
 from ..files import is_local_path, sha256_file
 from ..modeling.configuration_vaswani_transformer import PRESETS
 from .options import PATH_FIELDS, TrainOptions
-from .run_folder import OPTIONS_FILE, RunFolderError, write_options
+from .run_folder import OPTIONS_FILE, RunFolderError, read_run_record, write_options
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,13 @@ def _sha256_of(path: Path, *identity: int) -> str:
 def record_run(options: TrainOptions, tokenizer: PreTrainedTokenizerBase) -> None:
     """Write the run's record at the start of a session: its settings, its corpora's fingerprint and its
     vocabulary (`tokenizer`, the run folder's)."""
+    earlier = read_run_record(options.output_dir) if options.resume else None
+    if earlier is not None and CORPUS_SHA256 not in earlier:
+        logger.warning(
+            f"warning: {options.output_dir / OPTIONS_FILE} holds no fingerprint of the corpora (a run begun before "
+            "they were recorded): --resume could not check their content against the run's this time; it is "
+            "recorded now for the next."
+        )
     inputs = {
         CORPUS_SHA256: corpus_fingerprint(options),
         VOCABULARY: {"vocab_size": options.vocab_size, "tokens": len(tokenizer)},
@@ -84,11 +91,7 @@ def check_run_inputs(options: TrainOptions, record: dict[str, Any], checkpoint: 
 
 
 def _check_corpora(options: TrainOptions, recorded: dict[str, str] | None, record: Path) -> None:
-    if recorded is None:
-        logger.warning(
-            f"warning: {record} holds no fingerprint of the corpora (a run begun before they were recorded): "
-            "their content cannot be checked against the run's this time; it is recorded now for the next."
-        )
+    if recorded is None:  # a run begun before they were recorded: `record_run` says so, and records them
         return
     files = corpus_files(options)
     for name, path in files.items():
@@ -107,20 +110,17 @@ def _check_vocabulary(options: TrainOptions, recorded: dict[str, int] | None, fo
         return None
     tokenizer = _run_tokenizer(folder / "tokenizer")
     tokens, record = len(tokenizer), folder / OPTIONS_FILE
-    if recorded is not None and (recorded.get("vocab_size"), recorded.get("tokens")) != (
-        options.vocab_size,
-        tokens,
-    ):
+    made = None if recorded is None else (recorded.get("vocab_size"), recorded.get("tokens"))
+    if made is not None and made != (options.vocab_size, tokens):
         raise RunFolderError(
             f"--resume: {record} says vocab_size {options.vocab_size}, but the run's vocabulary "
-            f"({folder / 'tokenizer'}, {tokens} tokens) was trained to --vocab_size {recorded.get('vocab_size')} "
-            f"and had {recorded.get('tokens')} tokens ({VOCABULARY} there). A run continues with the settings and "
+            f"({folder / 'tokenizer'}, {tokens} tokens) was trained to --vocab_size {made[0]} "
+            f"and had {made[1]} tokens ({VOCABULARY} there). A run continues with the settings and "
             "vocabulary it was made with: restore them, or train a new run with --overwrite or in another "
             "--output_dir."
         )
-    if tokens > options.vocab_size and _learnt_merges(
-        tokenizer
-    ):  # only a corpus's characters exceed the size
+    # a vocabulary exceeds the size it was trained to only when the corpus's characters do: then it has no merges
+    if tokens > options.vocab_size and _learnt_merges(tokenizer):
         raise RunFolderError(
             f"--resume: {record} says vocab_size {options.vocab_size}, but the run's vocabulary "
             f"({folder / 'tokenizer'}) has {tokens} tokens, merges among them: it was trained to another size. "
