@@ -28,7 +28,7 @@ FINAL_MODELS = ("average", "best", "last")
 MAX_VOCAB_SIZE = 1_000_000  # 27x the paper's 37,000; far larger asks the BPE trainer for memory it aborts on
 # Eq. (3) rises linearly for --warmup_steps W, so a run that ends at step M < W peaks at M/W of the schedule's peak.
 # Below 1/10,000 of it nothing trains (Adam moves a weight by about the learning rate per step); a trial of any
-# recipe (W at most 4,000, M at least 1) stays above it (docs/training.md, "The learning rate").
+# recipe (W at most 4,000, M at least 1) stays above it (docs/training.md, "Learning rate and initialisation").
 MAX_WARMUP_PER_STEP = 10_000
 DEFAULT_RECIPE = "tatoeba"  # what `vaswani-train` runs without --recipe: the main job
 PATH_FIELDS = (
