@@ -1050,6 +1050,86 @@ CUDA_GRAPH_CASES: dict[str, Case] = {
 CASES |= CUDA_GRAPH_CASES
 
 
+# Issue 58, item 4: --resume checks the corpora's content, the run's vocabulary and its checkpoint's model against
+# the record; item 5: a checkpoint with a damaged optimiser or tokenizer file is not continued from; item 8: a
+# warm-up the run cannot reach
+def edit_record(**changes: Any) -> Callable[[Workspace], None]:
+    """The run's train_options.json with `changes`, as a hand edit would leave it."""
+
+    def setup(ws: Workspace) -> None:
+        record = Path(ws.run) / "train_options.json"
+        record.write_text(
+            json.dumps(json.loads(record.read_text(encoding="utf-8")) | changes), encoding="utf-8"
+        )
+
+    return setup
+
+
+def corpus_changed_under_its_name(ws: Workspace) -> None:
+    """The run recorded as made from the workspace's corpus files; one of them then changes content, not name."""
+    files = {name: ws.files[name] for name in ("train_source", "train_target", "test_source", "test_target")}
+    fingerprint = {name: hashlib.sha256(Path(path).read_bytes()).hexdigest() for name, path in files.items()}
+    edit_record(**files, corpus_sha256=fingerprint)(ws)
+    with Path(ws.files["train_target"]).open("a", encoding="utf-8") as target:
+        target.write("Ein ganz anderer Satz.\n")
+
+
+def in_every_checkpoint(name: str) -> Callable[[Workspace], None]:
+    return lambda ws: [truncate(checkpoint / name) for checkpoint in Path(ws.run).glob("checkpoint-*")]
+
+
+RESUME_CASES: dict[str, Case] = {
+    "train resume a hand-edited vocab_size": Case(
+        "train",
+        resume_run(),
+        "train_options.json says vocab_size 500, but the run's vocabulary",
+        setup=edit_record(vocab_size=500),
+    ),
+    "train resume a hand-edited dropout": Case(
+        "train",
+        resume_run(),
+        "config.json is not the model",
+        setup=edit_record(dropout=0.25),
+    ),
+    "train resume a corpus file changed under its name": Case(
+        "train",
+        resume_run(),
+        lambda ws: f"--train_target {ws.files['train_target']} is not the corpus the run was made with",
+        setup=corpus_changed_under_its_name,
+    ),
+    "train resume another embedded corpus": Case(
+        "train",
+        resume_run(),
+        "the embedded Tatoeba corpus is not the corpus the run was made with",
+        setup=edit_record(corpus_sha256={"embedded_tatoeba": "0" * 64}),
+    ),
+    "train resume a damaged vocabulary": Case(
+        "train",
+        resume_run(),
+        "tokenizer/tokenizer.json is damaged",
+        setup=lambda ws: truncate(Path(ws.run) / "tokenizer" / "tokenizer.json"),
+    ),
+    "train resume only truncated optimizer states": Case(
+        "train",
+        resume_run(),
+        "can be continued from: ",
+        setup=in_every_checkpoint("optimizer.pt"),
+    ),
+    "train resume only damaged checkpoint tokenizers": Case(
+        "train",
+        resume_run(),
+        "tokenizer.json is cut short or damaged (not JSON)",
+        setup=in_every_checkpoint("tokenizer.json"),
+    ),
+    "train warmup beyond the reach of max_steps": Case(
+        "train",
+        train_with("--warmup_steps", "1000000000000"),
+        "--warmup_steps 1,000,000,000,000 is beyond the reach of --max_steps 2",
+    ),
+}
+CASES |= RESUME_CASES
+
+
 def snapshot(root: Path) -> dict[str, str]:
     """Every path under `root` with its content's hash (links: their target; folders: a mark)."""
     state = {}

@@ -1,8 +1,14 @@
 """Health checks: the unigram floor, degenerate translations, and the guard that stops diverged or collapsed runs;
 the progress line."""
 
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,9 +23,11 @@ from vaswani_transformer.training import build_trainer
 from vaswani_transformer.training.monitoring import (
     TRAINED_SECONDS,
     HealthCheck,
+    RunningClock,
     TrainingCollapsed,
     TrainingDiverged,
     TrainingProgress,
+    TrainingTimeBudget,
     collapse_check_step,
     collapse_symptom,
     is_degenerate,
@@ -179,3 +187,69 @@ def test_the_progress_line_counts_down_to_whichever_end_comes_first(
     caplog.set_level("INFO")
     progress.on_log(None, state, TrainerControl(), logs={"loss": 2.0, "learning_rate": 1e-3})
     assert caplog.messages[-1].endswith(eta)
+
+
+def test_the_running_clock_leaves_out_a_stretch_in_which_the_process_did_not_run() -> None:
+    """Issue 58: a 60 s SIGSTOP counted against --max_train_minutes. The clock's thread wakes every tick; a wake-up
+    late by more than `gap` with (almost) no CPU used meanwhile is a stop, left out. Late while the process ran (a
+    long call holding the GIL) or late by less than `gap` counts."""
+    clock = RunningClock(tick=0.25, gap=2.0)
+    now, cpu = time.monotonic(), time.process_time()
+    clock.observe(now, cpu)
+    clock.observe(now + 60.25, cpu + 0.01)  # stopped for a minute
+    assert clock.left_out == pytest.approx(60.0)
+    clock.observe(now + 120.5, cpu + 50.0)  # a minute late, but the process computed all along
+    clock.observe(now + 122.0, cpu + 50.0)  # 1.25 s late: within the gap
+    assert clock.left_out == pytest.approx(60.0)
+
+
+CHILD = """
+import sys, time
+from vaswani_transformer.training.monitoring import RunningClock
+clock = RunningClock()
+clock.start()
+began = time.monotonic()
+print("ready", flush=True)
+sys.stdin.readline()  # the parent stops the process, continues it, then writes a line
+print(clock.seconds(), time.monotonic() - began, flush=True)
+"""
+
+
+def test_a_sigstop_is_left_out_of_the_time_a_process_ran() -> None:
+    """The real thing: a process stopped for 4 s and continued counts about 4 s less than the wall clock, though
+    it waited for input all along (a waiting process still wakes the clock's thread on time)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )  # fmt: skip
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        os.kill(child.pid, signal.SIGSTOP)
+        time.sleep(4)
+        os.kill(child.pid, signal.SIGCONT)
+        ran, wall = map(float, child.communicate("go\n", timeout=120)[0].split())
+    finally:
+        child.kill()
+    assert wall >= 4 and wall - 4.5 < ran < wall - 3
+
+
+def test_the_budget_says_that_it_ended_training_and_whether_warm_up_had_ended(caplog) -> None:
+    """Issue 58: no line said that the budget ended training; now one does, and a budget that ends it within the
+    warm-up says how far the learning rate rose."""
+    caplog.set_level("INFO")
+    budget = TrainingTimeBudget(minutes=1e-6, warmup_steps=8)
+    state, control = TrainerState(global_step=0, max_steps=100), TrainerControl()
+    budget.on_train_begin(None, state, control)
+    time.sleep(0.01)
+    state.global_step = 2
+    budget.on_step_end(SimpleNamespace(device=torch.device("cpu")), state, control)
+    budget.on_train_end(None, state, control)
+    assert control.should_training_stop and control.should_save
+    assert caplog.messages[-1] == (
+        "the 1e-06-minute budget (--max_train_minutes) ended training at step 2 of 100, within the warm-up "
+        "(--warmup_steps 8): the learning rate rose to 25.0% of eq. (3)'s peak. Give a warm-up the budget reaches, "
+        "or a larger budget."
+    )
+    assert budget.ended_training(50, 100) == (
+        "the 1e-06-minute budget (--max_train_minutes) ended training at step 50 of 100"
+    )

@@ -216,3 +216,21 @@ def test_resume_keeps_the_runs_torch_compile_which_shapes_its_batches(tmp_path: 
         f"--resume --torch_compile {not recorded}: the run was made with {recorded}"
     ]
     assert changed_on_resume(run, record) == []
+
+
+def test_a_warm_up_no_run_can_reach_is_refused_and_one_beyond_max_steps_warned() -> None:
+    """Issue 58: --warmup_steps 1e12 was accepted (the learning rate of eq. (3) rises for W steps, so a run of M < W
+    steps peaks at M/W of the schedule's peak: 4e-20 here). Beyond 10,000 times --max_steps it is refused naming
+    both flags and the fix; a warm-up beyond --max_steps alone is a warning (a short trial of a recipe is one)."""
+    with pytest.raises(
+        ValueError, match=r"--warmup_steps 1,000,000,000,000 is beyond the reach of --max_steps 100,000"
+    ):
+        parse_options(["--max_steps", "100000", "--warmup_steps", "1000000000000"])
+    with pytest.raises(ValueError, match=r"Give --warmup_steps at most --max_steps .* or raise --max_steps"):
+        parse_options(["--max_steps", "1", "--warmup_steps", "10001"])
+    trial = parse_options(["--recipe", "wmt14-big", "--cuda_section", "false", "--max_steps", "1"])
+    assert trial.warmup_shortfall() == (
+        "warning: --warmup_steps 4,000 is beyond --max_steps 1: training ends while the learning rate still rises, "
+        "at 1/4,000 of eq. (3)'s peak."
+    )
+    assert parse_options(["--max_steps", "300", "--warmup_steps", "300"]).warmup_shortfall() is None

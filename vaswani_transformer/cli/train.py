@@ -129,7 +129,7 @@ def _report(result) -> None:
 
 def _how_to_continue(output_dir: Path) -> str:
     """Where --resume would continue a run that a failed write stopped."""
-    checkpoints = whole_checkpoints(output_dir)[0] if output_dir.is_dir() else []
+    checkpoints = whole_checkpoints(output_dir, for_resume=True)[0] if output_dir.is_dir() else []
     start = f"from {checkpoints[-1]}" if checkpoints else "from the start (no checkpoint was saved whole)"
     return f"Once there is room, the same command with --resume continues the run {start}."
 

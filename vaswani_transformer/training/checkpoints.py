@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import zipfile
 from collections.abc import Iterable, Sequence
 from fnmatch import fnmatch
 from pathlib import Path
@@ -40,6 +41,11 @@ TRAINER_STATE_NAME = (
 _CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
 # Weights (averaged separately) and Trainer resume state: everything else in a checkpoint is copied.
 _NOT_COPIED = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.pt", "*.pth", "trainer_state.json")
+# The Trainer's resume state beside the weights: torch.save files (zip archives), which it loads with
+# torch.load(weights_only=True), never unpickling code; the optimiser's is optimizer.pt (optimizer.bin, or a folder,
+# under FSDP).
+SCHEDULER_FILE = "scheduler.pt"
+_TORCH_FILES = ("*.pt", "*.pth", "*.bin")
 # What an evaluation wrote about a folder's weights (vaswani-evaluate, the job's scoring): stale once they change.
 SCORE_FILES = ("scores.json", "*_scores.json", "hypotheses.txt", "*_hypotheses.txt")
 
@@ -77,22 +83,60 @@ def safetensors_problem(path: Path) -> str | None:
 
 
 def checkpoint_problem(checkpoint_dir: Path) -> str | None:
-    """Why a checkpoint cannot be resumed from or averaged, naming the file; None when it is whole."""
-    state = Path(checkpoint_dir) / TRAINER_STATE_NAME
-    if not state.is_file():
-        return f"{state} is missing: the save was interrupted"
+    """Why a checkpoint cannot be averaged (nor resumed from), naming the file; None when it is whole: its save
+    finished (trainer_state.json), and its model files can be read (weights; JSON: config, tokenizer)."""
+    folder = Path(checkpoint_dir)
+    if not (folder / TRAINER_STATE_NAME).is_file():
+        return f"{folder / TRAINER_STATE_NAME} is missing: the save was interrupted"
+    for problem in (
+        *map(_json_problem, sorted(folder.glob("*.json"))),
+        safetensors_problem(folder / WEIGHTS_NAME),
+    ):
+        if problem is not None:
+            return problem
+    return None
+
+
+def resume_problem(checkpoint_dir: Path) -> str | None:
+    """Why --resume cannot continue from a checkpoint, naming the file; None when it can: whole
+    (`checkpoint_problem`), with the optimiser's and the schedule's state (without which the Trainer would go on
+    silently with a fresh Adam, its moments at zero), and each torch file of the Trainer's state whole."""
+    folder = Path(checkpoint_dir)
+    if problem := checkpoint_problem(folder):
+        return problem
+    if not any(folder.glob("*optimizer*")) or not (folder / SCHEDULER_FILE).is_file():
+        return f"{folder} has no optimizer.pt or {SCHEDULER_FILE}: the optimiser's state is missing"
+    return next(filter(None, map(_torch_file_problem, _torch_files(folder))), None)
+
+
+def _torch_files(checkpoint_dir: Path) -> list[Path]:
+    return sorted(path for pattern in _TORCH_FILES for path in Path(checkpoint_dir).glob(pattern))
+
+
+def _json_problem(path: Path) -> str | None:
     try:
-        json.loads(state.read_text(encoding="utf-8"))
+        json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return f"{state} is cut short: the save was interrupted"
-    return safetensors_problem(Path(checkpoint_dir) / WEIGHTS_NAME)
+        return f"{path} is cut short or damaged (not JSON)"
+    return None
 
 
-def whole_checkpoints(run_dir: Path) -> tuple[list[Path], dict[Path, str]]:
-    """The run's checkpoints that a save finished, by step, and each other one with why it is left out."""
+def _torch_file_problem(path: Path) -> str | None:
+    """A torch.save file is a zip archive whose directory is at its end: a file cut short has none. Only the
+    directory is read (an optimiser's state is twice the weights); torch.load checks the rest as it reads."""
+    try:
+        zipfile.ZipFile(path).close()
+    except (zipfile.BadZipFile, OSError):
+        return f"{path} is cut short or damaged (not a whole torch file)"
+    return None
+
+
+def whole_checkpoints(run_dir: Path, for_resume: bool = False) -> tuple[list[Path], dict[Path, str]]:
+    """The run's checkpoints that a save finished whole, by step (`for_resume`: also with the optimiser's state
+    to continue from), and each other one with why it is left out."""
     whole, incomplete = [], {}
     for checkpoint in find_checkpoints(run_dir):
-        problem = checkpoint_problem(checkpoint)
+        problem = resume_problem(checkpoint) if for_resume else checkpoint_problem(checkpoint)
         if problem is None:
             whole.append(checkpoint)
         else:

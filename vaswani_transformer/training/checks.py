@@ -9,10 +9,11 @@ from huggingface_hub.utils import validate_repo_id
 from transformers.integrations import is_tensorboard_available
 
 from ..files import check_writable
-from .checkpoints import find_checkpoints
+from .checkpoints import TRAINER_STATE_NAME, find_checkpoints, whole_checkpoints
 from .job_data import check_data_inputs, corpus_files, data_cache_folder
 from .options import TrainOptions, changed_on_resume
 from .run_folder import OPTIONS_FILE, RunFolderError, check_output_dir, is_main_process, read_run_record
+from .run_record import check_run_inputs
 
 
 def check_inputs(options: TrainOptions) -> None:
@@ -38,7 +39,9 @@ def job_inputs(options: TrainOptions) -> dict[str, Path]:
 
 def check_resume(options: TrainOptions) -> None:
     """--resume continues the run in --output_dir as its train_options.json records it: every setting but those
-    that may change (`options.MAY_CHANGE_ON_RESUME`) as it was, or a RunFolderError naming each difference."""
+    that may change (`options.MAY_CHANGE_ON_RESUME`) as it was, the same corpora, vocabulary and model
+    (`run_record.check_run_inputs`), from a checkpoint that can be resumed; or a RunFolderError naming each
+    difference. Only reads: nothing is written before every check passes."""
     folder = options.output_dir
     record = read_run_record(folder)
     if record is None:
@@ -53,6 +56,21 @@ def check_resume(options: TrainOptions) -> None:
             f"{'; '.join(differences)}. A run continues with the settings it was made with: leave those flags out "
             f"(--resume takes them from {folder / OPTIONS_FILE}), or train a new run in another --output_dir."
         )
+    check_run_inputs(options, record, _resume_checkpoint(folder))
+
+
+def _resume_checkpoint(folder: Path) -> Path | None:
+    """The checkpoint --resume continues from (`run_folder.resume_point` sets the others aside), None when there
+    is none yet; a RunFolderError when every checkpoint a save finished is damaged, naming each file: training
+    the run again from the start is the user's choice, not a silent one."""
+    whole, incomplete = whole_checkpoints(folder, for_resume=True) if folder.is_dir() else ([], {})
+    damaged = [problem for path, problem in incomplete.items() if (path / TRAINER_STATE_NAME).is_file()]
+    if not whole and damaged:
+        raise RunFolderError(
+            f"--resume: no checkpoint of {folder} can be continued from: {'; '.join(damaged)}. Restore the "
+            "file from a copy, or train the run again from the start with --overwrite or in another --output_dir."
+        )
+    return whole[-1] if whole else None
 
 
 def _check_sharing(options: TrainOptions) -> None:

@@ -44,7 +44,8 @@ from .monitoring import (
 )
 from .options import TrainOptions
 from .precision import precision_name, run_precision
-from .run_folder import delete_earlier_run, holding_run_folder, resume_point, write_options
+from .run_folder import delete_earlier_run, holding_run_folder, resume_point
+from .run_record import record_run
 from .trainer import TokenBudgetSeq2SeqTrainer, build_trainer
 
 logger = logging.getLogger(__name__)
@@ -78,8 +79,9 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     args = _training_arguments(options, config)
     advice = failure_advice(options.lr_scale, args.learning_rate, options.warmup_steps, config.init_scheme)
     is_main = args.process_index == 0
-    if is_main and (shortfall := options.averaging_shortfall()):
-        logger.warning(shortfall)
+    for shortfall in (options.averaging_shortfall(), options.warmup_shortfall()):
+        if is_main and shortfall is not None:
+            logger.warning(shortfall)
     corpora = load_corpora(options)  # read and checked before --overwrite deletes anything
     if options.overwrite and is_main and options.output_dir.is_dir():
         delete_earlier_run(options.output_dir)
@@ -103,7 +105,7 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
         f"{precision_name(args)} ({precision.chosen_by})"
     )
     if is_main:
-        write_options(options, options.output_dir)
+        record_run(options, tokenizer)
     checkpoint = resume_point(options.output_dir, options.resume, is_main)
     finished = _finished_state(checkpoint, options.max_steps, options.max_train_minutes)
     if finished is not None:  # its weights are the model's: "last" saves them, "best" knows its checkpoint
@@ -177,7 +179,7 @@ def _trainer_for(
     """The paper's recipe on Seq2SeqTrainer, with dev decoding, the health check and the progress lines."""
     callbacks: list[TrainerCallback] = [
         ResumedCadence(),
-        TrainingTimeBudget(options.max_train_minutes),
+        TrainingTimeBudget(options.max_train_minutes, options.warmup_steps),
         TrainingProgress(options.max_train_minutes),
     ]
     if options.health_checks:

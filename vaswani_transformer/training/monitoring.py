@@ -8,7 +8,9 @@ change, instead of letting it save and report a result.
 
 import logging
 import math
+import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -175,26 +177,98 @@ def trained_seconds(state: TrainerState) -> float:
     return float(state.stateful_callbacks.get(TRAINED_SECONDS, 0.0))
 
 
+class RunningClock:
+    """Seconds this process has run since `start()`: monotonic wall time less the stretches in which it did not run
+    at all (stopped by SIGSTOP or Ctrl-Z in a shell, frozen with its container). A thread wakes every `tick`
+    seconds; a wake-up later than `gap` seconds, across which the process used less than a tenth of a CPU, means
+    the whole process stood still, and the lateness is left out. A thread kept waiting while its process runs (a
+    long call holding the GIL) finds the process's CPU time grown, and nothing is left out; a process waiting for
+    input or a GPU still wakes its thread on time. docs/training.md, "A time budget", says what counts."""
+
+    IDLE_CPU_SHARE = 0.1
+
+    def __init__(self, tick: float = 0.25, gap: float = 2.0) -> None:
+        self.tick, self.gap = tick, gap
+        self.left_out = 0.0  # seconds in which the process did not run
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+        self._started = self._last = time.monotonic()
+        self._last_cpu = time.process_time()
+
+    def start(self) -> None:
+        self.left_out, self._started = 0.0, time.monotonic()
+        self._last, self._last_cpu = self._started, time.process_time()
+        self._halt = threading.Event()
+        # the thread holds the clock weakly: it ends with it, also when training ends by an exception
+        watch = threading.Thread(
+            target=_watch, args=(weakref.ref(self), self._halt), name="vaswani-running-clock"
+        )
+        watch.daemon = True
+        watch.start()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def seconds(self) -> float:
+        """The seconds run since `start()` (a stop that just ended is left out already)."""
+        self.observe(time.monotonic(), time.process_time())
+        return self._last - self._started - self.left_out
+
+    def observe(self, now: float, cpu: float) -> None:
+        """Account for the time from the last observation to `now`, the process's CPU time then being `cpu`."""
+        with self._lock:
+            elapsed = now - self._last
+            if elapsed > self.tick + self.gap and cpu - self._last_cpu < self.IDLE_CPU_SHARE * elapsed:
+                self.left_out += elapsed - self.tick
+            self._last, self._last_cpu = max(now, self._last), cpu
+
+
+def _watch(clock: "weakref.ref[RunningClock]", halt: threading.Event) -> None:
+    """`RunningClock`'s thread: an observation every tick, until the clock is stopped or gone."""
+    while (watched := clock()) is not None and not halt.wait(watched.tick):
+        watched.observe(time.monotonic(), time.process_time())
+        del watched
+
+
 class TrainingTimeBudget(TrainerCallback):
     """Ends training once `minutes` of it have passed, counted over every session of the run (fairseq's
-    --stop-time-hours); None: no budget, only the count. The step that reaches the budget is the last and saves a
-    checkpoint, so stopping on time is a normal end: the final model averages the last checkpoints, and --resume
-    goes on with what is left (the seconds trained so far go into every checkpoint's trainer_state.json). All
-    processes of a multi-process run stop at the same step: the main process's clock decides."""
+    --stop-time-hours) as the process ran (`RunningClock`: a stopped process's pause is left out); None: no
+    budget, only the count. The step that reaches the budget is the last and saves a checkpoint, so stopping on
+    time is a normal end (one line says so, and whether the warm-up of `warmup_steps` had ended): the final model
+    averages the last checkpoints, and --resume goes on with what is left (the seconds trained so far go into every
+    checkpoint's trainer_state.json). All processes of a multi-process run stop at the same step: the main
+    process's clock decides."""
 
-    def __init__(self, minutes: float | None) -> None:
-        self.budget = None if minutes is None else minutes * 60
+    def __init__(self, minutes: float | None, warmup_steps: int = 1) -> None:
+        self.minutes, self.warmup_steps = minutes, warmup_steps
         self.before = 0.0  # trained in earlier sessions of the run
-        self.started = time.perf_counter()
+        self.clock = RunningClock()
 
     def on_train_begin(self, args, state: TrainerState, control, **kwargs) -> None:
         self.before = trained_seconds(state)
-        self.started = time.perf_counter()
+        self.clock.start()
+
+    def on_train_end(self, args, state: TrainerState, control, **kwargs) -> None:
+        self.clock.stop()
 
     def on_step_end(self, args, state: TrainerState, control, **kwargs) -> None:
-        state.stateful_callbacks[TRAINED_SECONDS] = self.before + time.perf_counter() - self.started
-        if self.budget is not None and _main_process_says(trained_seconds(state) >= self.budget, args.device):
+        state.stateful_callbacks[TRAINED_SECONDS] = self.before + self.clock.seconds()
+        if self.minutes is None:
+            return
+        if _main_process_says(trained_seconds(state) >= self.minutes * 60, args.device):
             control.should_training_stop = control.should_save = True
+            if state.is_world_process_zero and state.global_step < state.max_steps:
+                logger.info(self.ended_training(state.global_step, state.max_steps))
+
+    def ended_training(self, step: int, max_steps: int) -> str:
+        """The line that says the budget ended training at `step`."""
+        line = f"the {self.minutes:g}-minute budget (--max_train_minutes) ended training at step {step} of {max_steps}"
+        if step >= self.warmup_steps:
+            return line
+        return (
+            f"{line}, within the warm-up (--warmup_steps {self.warmup_steps}): the learning rate rose to "
+            f"{step / self.warmup_steps:.1%} of eq. (3)'s peak. Give a warm-up the budget reaches, or a larger budget."
+        )
 
 
 def _main_process_says(decision: bool, device: torch.device) -> bool:

@@ -26,6 +26,10 @@ from .recipes import available_recipes, cuda_settings, load_recipe, setting_defa
 PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
 FINAL_MODELS = ("average", "best", "last")
 MAX_VOCAB_SIZE = 1_000_000  # 27x the paper's 37,000; far larger asks the BPE trainer for memory it aborts on
+# Eq. (3) rises linearly for --warmup_steps W, so a run that ends at step M < W peaks at M/W of the schedule's peak.
+# Below 1/10,000 of it nothing trains (Adam moves a weight by about the learning rate per step); a trial of any
+# recipe (W at most 4,000, M at least 1) stays above it (docs/training.md, "Learning rate and initialisation").
+MAX_WARMUP_PER_STEP = 10_000
 DEFAULT_RECIPE = "tatoeba"  # what `vaswani-train` runs without --recipe: the main job
 PATH_FIELDS = (
     "train_source",
@@ -160,10 +164,14 @@ class TrainOptions:
     max_train_minutes: float | None = _setting(
         "max_train_minutes",
         "end training after this many minutes of it, over every session of the run, or at --max_steps if that "
-        "comes first (fairseq's --stop-time-hours); the step that reaches it saves a checkpoint, so stopping on "
-        "time is a normal end; none: --max_steps alone",
+        "comes first (fairseq's --stop-time-hours); minutes the process ran: a stopped process's pause (kill "
+        "-STOP) does not count; the step that reaches it saves a checkpoint, so stopping on time is a normal end; "
+        "none: --max_steps alone",
     )
-    warmup_steps: int = _setting("warmup_steps", "warm-up steps of eq. (3)")
+    warmup_steps: int = _setting(
+        "warmup_steps",
+        f"warm-up steps of eq. (3); beyond --max_steps a warning, beyond {MAX_WARMUP_PER_STEP:,} times it an error",
+    )
     lr_scale: float = _setting("lr_scale", "multiplies eq. (3); 1 is the paper's learning rate")
     save_steps: int = _setting("save_steps", "checkpoint interval")
     average_last: int = _setting("average_last", "checkpoints averaged into the final model (§6.1)")
@@ -271,6 +279,13 @@ class TrainOptions:
             raise ValueError(
                 f"--vocab_size must be at most {MAX_VOCAB_SIZE:,}, got {self.vocab_size:,} (the paper: 37,000)."
             )
+        if self.warmup_steps > MAX_WARMUP_PER_STEP * self.max_steps:
+            raise ValueError(
+                f"--warmup_steps {self.warmup_steps:,} is beyond the reach of --max_steps {self.max_steps:,}: the "
+                f"learning rate rises for {self.warmup_steps:,} steps (eq. (3)), so the run would end at "
+                f"{self.max_steps:,}/{self.warmup_steps:,} of its peak and train nothing. Give --warmup_steps at "
+                f"most --max_steps (the paper: 4,000 of 100,000), or raise --max_steps."
+            )
         if self.max_tokens < self.max_length:  # a pair of max_length tokens would overflow every batch
             raise ValueError(
                 f"--max_tokens {self.max_tokens} is below --max_length {self.max_length}: a kept pair may be "
@@ -315,6 +330,16 @@ class TrainOptions:
         return (
             f"warning: --average_last {self.average_last}, but the run writes {checkpoints} checkpoint(s) "
             f"(--max_steps {self.max_steps}, --save_steps {self.save_steps}): the final model averages those."
+        )
+
+    def warmup_shortfall(self) -> str | None:
+        """A warning when the run ends (at --max_steps) before its warm-up does, else None."""
+        if self.warmup_steps <= self.max_steps:
+            return None
+        return (
+            f"warning: --warmup_steps {self.warmup_steps:,} is beyond --max_steps {self.max_steps:,}: training "
+            f"ends while the learning rate still rises, at {self.max_steps:,}/{self.warmup_steps:,} of eq. (3)'s "
+            "peak."
         )
 
     def _check_config_overrides(self) -> None:

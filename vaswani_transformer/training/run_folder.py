@@ -175,7 +175,7 @@ def resume_point(folder: Path, resume: bool, is_main: bool) -> str | None:
     aside as `incomplete-checkpoint-<step>` (so neither resuming nor averaging nor rotation sees them)."""
     if not resume or not folder.is_dir():
         return None
-    whole, incomplete = whole_checkpoints(folder)
+    whole, incomplete = whole_checkpoints(folder, for_resume=True)
     for checkpoint, problem in incomplete.items():
         logger.warning(f"warning: skipping an incomplete checkpoint: {problem}")
         if is_main:
@@ -209,7 +209,9 @@ def read_run_record(folder: Path) -> dict[str, Any] | None:
     )
 
 
-def write_options(options: Any, folder: Path) -> None:
-    """The run's settings (a `TrainOptions`) as train_options.json in `folder`."""
+def write_options(options: Any, folder: Path, inputs: Mapping[str, Any] | None = None) -> None:
+    """The run's settings (a `TrainOptions`) as train_options.json in `folder`, with what the run was made from
+    (`run_record.record_run`: the corpora's fingerprint, the vocabulary) where given."""
     folder.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(folder / OPTIONS_FILE, json.dumps(asdict(options), default=str, indent=2) + "\n")
+    record = asdict(options) | dict(inputs or {})
+    write_text_atomically(folder / OPTIONS_FILE, json.dumps(record, default=str, indent=2) + "\n")

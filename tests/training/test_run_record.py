@@ -1,0 +1,95 @@
+"""Issue 58: what a run's record holds beside its settings (its corpora's fingerprint, its vocabulary), what
+--resume checks against it, and the checkpoints it will not continue from (the refusals themselves, exit 2 with
+nothing written, are RESUME_CASES in tests/test_bad_inputs.py)."""
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vaswani_transformer.cli.train import parse_options
+from vaswani_transformer.data.corpora import TATOEBA_FILE
+from vaswani_transformer.data.tokenization import load_tokenizer
+from vaswani_transformer.training.checkpoints import resume_problem, whole_checkpoints
+from vaswani_transformer.training.checks import check_resume
+from vaswani_transformer.training.run_folder import resume_point
+from vaswani_transformer.training.run_record import record_run
+
+
+@pytest.fixture
+def run(trained_run, tmp_path: Path) -> Path:
+    """A copy of the miniature main job's run folder (embedded Tatoeba, checkpoints 20, 40 and 60)."""
+    folder = tmp_path / "run"
+    shutil.copytree(trained_run.output_dir, folder, ignore=shutil.ignore_patterns("final", "runs"))
+    return folder
+
+
+def record(folder: Path) -> dict:
+    return json.loads((folder / "train_options.json").read_text(encoding="utf-8"))
+
+
+def test_a_run_records_its_corpora_and_vocabulary_when_it_begins(run: Path) -> None:
+    recorded = record(run)
+    assert recorded["corpus_sha256"] == {
+        "embedded_tatoeba": hashlib.sha256(TATOEBA_FILE.read_bytes()).hexdigest()
+    }
+    tokens = len(
+        json.loads((run / "tokenizer" / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    )
+    assert recorded["vocabulary"] == {"vocab_size": 400, "tokens": tokens}
+
+
+@pytest.mark.parametrize("damaged", ["optimizer.pt", "scheduler.pt", "rng_state.pth", "tokenizer.json"])
+def test_resume_sets_aside_a_checkpoint_with_a_damaged_file_and_continues_from_the_one_before(
+    run: Path, damaged: str, caplog
+) -> None:
+    """The Trainer loaded a truncated optimizer.pt or tokenizer.json with a traceback: such a checkpoint is now
+    incomplete, set aside like one with cut weights, and --resume continues from the last whole one."""
+    path = run / "checkpoint-60" / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    assert damaged in resume_problem(run / "checkpoint-60") and "cut short or damaged" in resume_problem(
+        run / "checkpoint-60"
+    )
+    check_resume(parse_options(["--output_dir", str(run), "--resume"]))  # passes: checkpoint-40 is whole
+    assert resume_point(run, resume=True, is_main=True) == str(run / "checkpoint-40")
+    assert (run / "incomplete-checkpoint-60" / damaged).is_file() and not (run / "checkpoint-60").exists()
+    assert any(
+        "skipping an incomplete checkpoint" in message and damaged in message for message in caplog.messages
+    )
+
+
+def test_a_checkpoint_without_its_optimiser_state_is_not_resumed_but_still_averaged(run: Path) -> None:
+    """Without optimizer.pt the Trainer would go on with a fresh Adam, silently; averaging needs only weights."""
+    (run / "checkpoint-60" / "optimizer.pt").unlink()
+    assert "the optimiser's state is missing" in resume_problem(run / "checkpoint-60")
+    assert whole_checkpoints(run, for_resume=True)[0][-1].name == "checkpoint-40"
+    assert whole_checkpoints(run)[0][-1].name == "checkpoint-60"
+
+
+def test_a_record_from_before_the_fingerprints_resumes_with_a_warning(run: Path, caplog) -> None:
+    """A run begun before its corpora were fingerprinted cannot be checked against them: it resumes (refusing it
+    would strand every such run), says so, and is recorded in full from this session on."""
+    recorded_when_it_began = record(run)
+    recorded = dict(recorded_when_it_began)
+    del recorded["corpus_sha256"], recorded["vocabulary"]
+    (run / "train_options.json").write_text(json.dumps(recorded), encoding="utf-8")
+    options = parse_options(["--output_dir", str(run), "--resume"])
+    check_resume(options)
+    record_run(options, load_tokenizer(str(run / "tokenizer")))  # as the job does once the checks passed
+    assert [message for message in caplog.messages if "holds no fingerprint of the corpora" in message]
+    assert record(run)["corpus_sha256"] == recorded_when_it_began["corpus_sha256"]
+    assert record(run)["vocabulary"] == recorded_when_it_began["vocabulary"]
+
+
+def test_a_vocabulary_larger_than_vocab_size_with_merges_contradicts_an_older_record(run: Path) -> None:
+    """Without a vocabulary record, a --vocab_size below the vocabulary's size is a contradiction whenever BPE
+    learnt merges: only a corpus's characters and the special tokens can exceed the size asked for."""
+    recorded = record(run)
+    del recorded["vocabulary"]
+    (run / "train_options.json").write_text(json.dumps(recorded | {"vocab_size": 100}), encoding="utf-8")
+    with pytest.raises(
+        ValueError, match="says vocab_size 100, but the run's vocabulary .* merges among them"
+    ):
+        check_resume(parse_options(["--output_dir", str(run), "--resume"]))
