@@ -1,16 +1,34 @@
-"""How a console command ends when it is stopped from outside (vaswani_transformer/cli/command.py): one line and
-130 for Ctrl-C, 143 for SIGTERM, a quiet 141 when its reader goes away; never a traceback."""
+"""How a console command ends when it is stopped from outside (vaswani_transformer_commands): one line and 130
+for Ctrl-C, 143 for SIGTERM, a quiet 141 when its reader goes away; never a traceback, from its first instruction
+(while it imports torch and transformers) to its last."""
 
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import tomllib
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import tiny_config
+from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.cli.command import Interrupted, command
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+# The commands see this checkout's code, as the tests do, and never the network.
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+WAIT = 300  # seconds a command may take on a busy machine
+
+
+def as_in_a_terminal() -> None:
+    """A child's signals as a shell sets them for a command in the foreground: a test run as a background job
+    (`pytest &` in a script) inherits SIGINT ignored, and its commands would keep ignoring it (as they should)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_ctrl_c_is_one_line_and_130(capsys: pytest.CaptureFixture[str]) -> None:
@@ -65,3 +83,79 @@ def test_a_closed_standard_output_ends_quietly_with_141() -> None:
     writer.stdout.close()  # what `| head -1` does
     _, error = writer.communicate(timeout=60)
     assert writer.returncode == 141 and error == b""
+
+
+def console_script(name: str, folder: Path) -> Path:
+    """The script pip writes for the console command `name` (pyproject.toml's target), written into `folder`."""
+    module, function = SCRIPTS[name].split(":")
+    script = folder / name
+    script.write_text(
+        f"#!{sys.executable}\nimport re\nimport sys\nfrom {module} import {function}\n"
+        "if __name__ == '__main__':\n"
+        "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+        f"    sys.exit({function}())\n",
+        encoding="utf-8",
+    )
+    script.chmod(0o755)
+    return script
+
+
+def imported(line: str) -> str:
+    """The module an `-X importtime` line of standard error says was imported ("" for any other line)."""
+    return line.rpartition("|")[2].strip() if line.startswith("import time:") else ""
+
+
+# Points during the import of torch and transformers (seconds, before the command's own code runs): each is
+# the moment the module is imported, which `python -X importtime` says on standard error as it happens.
+DURING_THE_IMPORTS = {
+    "early": lambda module: module.startswith("transformers."),  # the first of transformers' modules
+    "middle": lambda module: module == "torch",  # torch whole, transformers under way
+    "late": lambda module: module == "vaswani_transformer.modeling",  # the package's own model code
+}
+
+
+@pytest.mark.parametrize("point", sorted(DURING_THE_IMPORTS))
+@pytest.mark.parametrize(
+    ("sent", "status", "said"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_a_signal_while_a_command_imports_ends_it_with_one_line(
+    tmp_path: Path, point: str, sent: signal.Signals, status: int, said: str, letter_tokenizer
+) -> None:
+    """Before the console commands went through vaswani_transformer_commands, Ctrl-C while they imported torch
+    or transformers printed a KeyboardInterrupt traceback, and SIGTERM killed them without a word."""
+    torch_model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=30))
+    torch_model.save_pretrained(tmp_path / "model")
+    letter_tokenizer.save_pretrained(tmp_path / "model")
+    script = console_script("vaswani-translate", tmp_path)
+    reached = threading.Event()
+    lines: list[str] = []
+    process = subprocess.Popen(
+        [str(script), str(tmp_path / "model"), "--device", "cpu"],
+        stdin=subprocess.PIPE,  # left open: a command past its imports waits for input
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**ENV, "PYTHONPROFILEIMPORTTIME": "1"},
+        preexec_fn=as_in_a_terminal,
+    )
+    assert process.stderr is not None
+
+    def read_standard_error() -> None:  # all of it, so that the child never waits on a full pipe
+        assert process.stderr is not None
+        for raw in process.stderr:
+            lines.append(raw.decode(errors="replace"))
+            if DURING_THE_IMPORTS[point](imported(lines[-1])):
+                reached.set()
+
+    reader = threading.Thread(target=read_standard_error, daemon=True)
+    reader.start()
+    try:
+        assert reached.wait(WAIT), "the command never imported the module"
+        process.send_signal(sent)
+        process.wait(timeout=WAIT)
+        reader.join(timeout=WAIT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    said_lines = [line.strip() for line in lines if line.strip() and not imported(line)]
+    assert process.returncode == status, "".join(said_lines)[-2000:]
+    assert said_lines == [said]  # one line: no traceback, nothing of the command's own work
