@@ -9,13 +9,15 @@ import sys
 import threading
 import time
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from tests.conftest import tiny_config
-from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from vaswani_transformer import VaswaniTransformerForConditionalGeneration, translate
 from vaswani_transformer.cli.command import Interrupted, command
 
 REPO = Path(__file__).resolve().parents[1]
@@ -159,3 +161,55 @@ def test_a_signal_while_a_command_imports_ends_it_with_one_line(
     said_lines = [line.strip() for line in lines if line.strip() and not imported(line)]
     assert process.returncode == status, "".join(said_lines)[-2000:]
     assert said_lines == [said]  # one line: no traceback, nothing of the command's own work
+
+
+# --- Ctrl-C while decoding
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in this process, as in a command in the foreground, also where the tests run
+    with it ignored (a background job)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_while_batches_decode_in_threads_ends_them_at_their_next_step(
+    letter_tokenizer, ctrl_c_raises: None
+) -> None:
+    """Two batches decode in worker threads while the main thread waits for them. Before, Ctrl-C raised in the
+    main thread, which then waited for both batches to finish (a long batch on a busy CPU: minutes); now each
+    ends at its next decoding step, and no decoding thread is left."""
+    torch.manual_seed(0)
+    model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=30)).eval()
+    steps: list[str] = []
+    signalled_at = 10
+
+    class CountSteps(StoppingCriteria):
+        """Counts the decoding steps of every batch, and sends SIGINT at the tenth, while both decode."""
+
+        def __call__(
+            self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs
+        ) -> torch.BoolTensor:
+            steps.append(threading.current_thread().name)
+            if len(steps) == signalled_at:
+                os.kill(os.getpid(), signal.SIGINT)
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    long = 400  # new tokens every batch must decode: several seconds, and more on a busy machine
+    with pytest.raises(KeyboardInterrupt):
+        translate(
+            ["a b c d", "e f g", "h i j k l", "m n"],
+            model,
+            letter_tokenizer,
+            batch_size=2,
+            workers=2,
+            num_beams=2,
+            min_new_tokens=long,
+            max_new_tokens=long,
+            stopping_criteria=StoppingCriteriaList([CountSteps()]),
+        )
+    assert len(set(steps)) == 2  # both batches were decoding, each in a thread of its own
+    assert len(steps) <= signalled_at + 2 * 2  # at most a step or two more each, not the other 2 × 390
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("translate")]

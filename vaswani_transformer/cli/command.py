@@ -1,9 +1,11 @@
 """How every console command ends when it is stopped from outside (Ctrl-C, SIGTERM, a reader that goes away):
 as `vaswani_transformer_commands` says, which holds the rules so that the console scripts can put them in place
 before they import this package (torch and transformers: seconds). `command` applies them to a `main` called
-from Python or a `scripts/*.py` alias."""
+from Python or a `scripts/*.py` alias, and ends a command that runs out of memory with one line and status 2.
+"""
 
 import functools
+import sys
 from collections.abc import Sequence
 
 from vaswani_transformer_commands import (
@@ -16,14 +18,60 @@ from vaswani_transformer_commands import (
     ending_on_signals,
 )
 
-__all__ = ["BROKEN_PIPE", "INTERRUPTED", "TERMINATED", "Interrupted", "Main", "Terminated", "command"]
+from ..modeling.memory_vaswani_transformer import host_room
+
+__all__ = [
+    "BROKEN_PIPE",
+    "INTERRUPTED",
+    "TERMINATED",
+    "Interrupted",
+    "Main",
+    "Terminated",
+    "command",
+]
+
+OUT_OF_MEMORY = 2
+# What makes a command's memory smaller, by its module; the others' memory is the model's and the data's.
+SMALLER = {
+    "translate": "lower --batch_size or --num_beams",
+    "evaluate": "lower --batch_size or --num_beams",
+    "train": "lower --max_tokens",
+}
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Python's MemoryError, or torch's CPU allocator's refusal (a RuntimeError "can't allocate memory")."""
+    return isinstance(error, MemoryError) or (
+        isinstance(error, RuntimeError) and "can't allocate memory" in str(error)
+    )
+
+
+def out_of_memory_message(command_module: str) -> str:
+    """One line: the memory the process may take (and the limit that says so) and what to change."""
+    room = host_room()
+    free = "" if room is None else f" ({room.bytes / 2**30:,.1f} GiB free{room.limit})"
+    fixes = [SMALLER.get(command_module.rpartition(".")[2], "free memory")]
+    if room is not None and room.limit:
+        fixes.append("raise the limit")
+    return f"error: out of memory{free}: {', or '.join(fixes)}."
 
 
 def command(main: Main) -> Main:
-    """A console command's `main`, ending on signals and a closed standard output as this module says."""
+    """A console command's `main`, ending on signals, a closed standard output and a failed allocation as this
+    module says."""
 
     @functools.wraps(main)
     def run(argv: Sequence[str] | None = None) -> int:
-        return ending_on_signals(lambda: main(argv))
+        def within_memory() -> int:
+            try:
+                return main(argv)
+            except (MemoryError, RuntimeError) as error:
+                if not is_out_of_memory(error):
+                    raise
+            # said outside the except block: the failed work's frames, and their memory, are gone by now
+            print(out_of_memory_message(main.__module__), file=sys.stderr)
+            return OUT_OF_MEMORY
+
+        return ending_on_signals(within_memory)
 
     return run
