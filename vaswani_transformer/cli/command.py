@@ -4,6 +4,7 @@ before they import this package (torch and transformers: seconds). `command` app
 from Python or a `scripts/*.py` alias, and ends a command that runs out of memory with one line and status 2.
 """
 
+import argparse
 import functools
 import sys
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ __all__ = [
     "Main",
     "Terminated",
     "command",
+    "parse_intermixed_args",
 ]
 
 OUT_OF_MEMORY = 2
@@ -75,3 +77,31 @@ def command(main: Main) -> Main:
         return ending_on_signals(within_memory)
 
     return run
+
+
+def parse_intermixed_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """`parser.parse_intermixed_args(argv)` (positionals among the options), where `--` ends the options as it
+    does in every command: what follows it is positional even if it starts with "-" (`vaswani-translate -- -m`).
+    Python 3.11's own drops the `--` between its two passes when no positional comes before it, so the strings
+    after it go to argparse as stand-ins that cannot look like options, and come back whole after the parse."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in arguments:
+        return parser.parse_intermixed_args(arguments)
+    cut = arguments.index("--")
+    stand_ins = {f"\0{index}": text for index, text in enumerate(arguments[cut + 1 :])}
+    namespace = parser.parse_intermixed_args(arguments[:cut] + list(stand_ins))
+    for action in parser._actions:
+        if action.option_strings or action.dest == argparse.SUPPRESS:
+            continue
+
+        def restored(value: object, action: argparse.Action = action) -> object:
+            text = stand_ins.get(str(value))
+            if text is None:
+                return value
+            return action.type(text) if callable(action.type) else text
+
+        value = getattr(namespace, action.dest, None)
+        setattr(
+            namespace, action.dest, [*map(restored, value)] if isinstance(value, list) else restored(value)
+        )
+    return namespace
