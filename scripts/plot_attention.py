@@ -2,7 +2,7 @@
 
 import sys
 
-from vaswani_transformer.cli.plot_attention import main
+from vaswani_transformer_commands import plot_attention as main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,7 @@
 
 import sys
 
-from vaswani_transformer.cli.plot_positional_encoding import main
+from vaswani_transformer_commands import plot_positional_encoding as main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,7 @@
 
 import sys
 
-from vaswani_transformer.cli.prepare import main
+from vaswani_transformer_commands import prepare as main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,7 @@
 
 import sys
 
-from vaswani_transformer.cli.translate import main
+from vaswani_transformer_commands import translate as main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -70,9 +70,20 @@ def test_a_folder_saved_before_loads_without_the_package_and_translates_as_it_di
     assert json.loads(completed.stdout.splitlines()[-1]) == EXPECTED["float32"]
 
 
-def test_every_console_command_of_before_is_still_declared() -> None:
+def test_every_console_command_of_before_is_still_declared(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every command of before is declared (new ones, vaswani-convert, may join) and runs the same `main`: its
+    target of before still imports and prints the same help as the target declared now (which goes through
+    vaswani_transformer_commands, to handle signals before the heavy imports)."""
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert INTERFACE["console_scripts"].items() <= scripts.items()  # new commands (vaswani-convert) may join
+    assert INTERFACE["console_scripts"].keys() <= scripts.keys()
+    for command, before in INTERFACE["console_scripts"].items():
+        helps = []
+        for target in (before, scripts[command]):
+            module, function = target.split(":")
+            with pytest.raises(SystemExit):
+                getattr(importlib.import_module(module), function)(["--help"])
+            helps.append(capsys.readouterr().out)
+        assert helps[0] == helps[1] and f"usage: {command}" in helps[0]
 
 
 def command_flags(target: str, monkeypatch: pytest.MonkeyPatch) -> set[str]:

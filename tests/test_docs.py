@@ -66,10 +66,10 @@ def script_commands() -> dict[str, str]:
     by_target = {target: command for command, target in COMMANDS.items()}
     aliases = {}
     for script in sorted((REPO / "scripts").glob("*.py")):
-        (module,) = re.findall(
-            r"^from (vaswani_transformer\.cli\.\w+) import main$", script.read_text(), re.M
+        (entry,) = re.findall(
+            r"^from vaswani_transformer_commands import (\w+) as main$", script.read_text(), re.M
         )
-        aliases[f"scripts/{script.name}"] = by_target[f"{module}:main"]
+        aliases[f"scripts/{script.name}"] = by_target[f"vaswani_transformer_commands:{entry}"]
     return aliases
 
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -218,36 +218,81 @@ def test_an_error_found_mid_stream_says_what_was_written(
 # --- signals, end to end
 
 
+def as_in_a_terminal() -> None:
+    """A child's SIGINT as a shell sets it for a command in the foreground. Tests run as a background job of a
+    script (`pytest &`, no job control) inherit SIGINT ignored, and a command keeps ignoring it, as every program
+    does: that, not the load, is why this test once waited 300 s for a command that translated on."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def busy_cpu() -> Iterator[None]:
+    """A busy machine: a process that spins on a CPU while the test runs (at most two minutes)."""
+    spin = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass\n"
+    spinner = subprocess.Popen([sys.executable, "-c", spin])
+    yield
+    spinner.kill()
+    spinner.wait()
+
+
+# When the signal comes: what the test waits for, and the options that make it so.
+POINTS = {
+    # the progress bar is up: the first buffer, one batch of 128 sentences with 4 beams, is decoding
+    "while the first long batch decodes": ("progress", []),
+    # the first buffer's lines are out, and the next buffer's 8 batches decode two at a time, in threads
+    "after the first line, while batches decode in threads": ("line", ["--batch_size", "4"]),
+    "after the first line, buffers of 8 lines": ("line", ["--buffer_lines", "8"]),
+}
+
+
+@pytest.mark.parametrize("point", sorted(POINTS))
 @pytest.mark.parametrize(
     ("sent", "status", "said"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
 )
 def test_a_signal_during_translation_ends_it_with_one_line(
-    trained_run, tmp_path: Path, sent: signal.Signals, status: int, said: str
+    trained_run, tmp_path: Path, busy_cpu: None, point: str, sent: signal.Signals, status: int, said: str
 ) -> None:
+    waited_for, options = POINTS[point]
     source = tmp_path / "long.en"
     source.write_text("".join(f"{SENTENCES[i % len(SENTENCES)]}\n" for i in range(20_000)), encoding="utf-8")
-    command = [
-        console("vaswani-translate"),
-        str(trained_run.model_dir),
-        "--buffer_lines",
-        "8",
-        "--device",
-        "cpu",
-    ]
+    command = [console("vaswani-translate"), str(trained_run.model_dir), *options, "--device", "cpu"]
+    progress = threading.Event()
+    error: list[bytes] = []
+
+    def read_standard_error() -> None:  # all of it, so that the command never waits on a full pipe
+        assert process.stderr is not None
+        while chunk := process.stderr.read1():
+            error.append(chunk)
+            if b"translating" in chunk:
+                progress.set()
+
     with source.open("rb") as stdin:
         process = subprocess.Popen(
-            command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV
+            command,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=ENV,
+            preexec_fn=as_in_a_terminal,
         )
     assert process.stdout is not None
+    reader = threading.Thread(target=read_standard_error, daemon=True)
+    reader.start()
     try:
-        assert line_within(process.stdout, WAIT) is not None  # translating is under way
+        if waited_for == "progress":
+            assert progress.wait(WAIT), "translating never started"
+        else:
+            assert line_within(process.stdout, WAIT) is not None  # translating is under way
         process.send_signal(sent)
-        _, error = process.communicate(timeout=WAIT)
+        threading.Thread(target=process.stdout.read, daemon=True).start()  # never a full pipe either
+        process.wait(timeout=WAIT)
+        reader.join(timeout=WAIT)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == status, error.decode()[-2000:]
-    assert last_line(error.decode()) == said and "Traceback" not in error.decode()
+    text = b"".join(error).decode()
+    assert process.returncode == status, text[-2000:]
+    assert last_line(text) == said and "Traceback" not in text
 
 
 def test_a_reader_that_goes_away_ends_translation_quietly(trained_run, tmp_path: Path) -> None:

@@ -1,81 +1,107 @@
-"""How every console command ends when it is stopped from outside: Ctrl-C (SIGINT) and SIGTERM end it with one
-line on standard error and the shell's status for the signal (130, 143), never a traceback; a reader of standard
-output that goes away (`vaswani-translate ... | head -1`) ends it quietly with 141, as it ends `cat`.
-
-Both signals become exceptions, so every `with` block and `finally` on the way out runs: temporary files and
-folders are removed, and what was whole before stays whole.
+"""How every console command ends when it is stopped from outside (Ctrl-C, SIGTERM, a reader that goes away):
+as `vaswani_transformer_commands` says, which holds the rules so that the console scripts can put them in place
+before they import this package (torch and transformers: seconds). `command` applies them to a `main` called
+from Python or a `scripts/*.py` alias, and ends a command that runs out of memory with one line and status 2.
 """
 
+import argparse
 import functools
-import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Sequence
 
-Main = Callable[[Sequence[str] | None], int]
+from vaswani_transformer_commands import (
+    BROKEN_PIPE,
+    INTERRUPTED,
+    TERMINATED,
+    Interrupted,
+    Main,
+    Terminated,
+    ending_on_signals,
+)
 
-INTERRUPTED = 130  # 128 + SIGINT
-BROKEN_PIPE = 141  # 128 + SIGPIPE
-TERMINATED = 143  # 128 + SIGTERM
+from ..modeling.memory_vaswani_transformer import host_room
 
+__all__ = [
+    "BROKEN_PIPE",
+    "INTERRUPTED",
+    "TERMINATED",
+    "Interrupted",
+    "Main",
+    "Terminated",
+    "command",
+    "parse_intermixed_args",
+]
 
-class Terminated(BaseException):
-    """SIGTERM, raised where the program is, like KeyboardInterrupt for SIGINT (a BaseException, so that no
-    `except Exception` on the way swallows it)."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """An interrupt that knows what the user can do next ("the run can continue with --resume")."""
-
-    def __init__(self, advice: str) -> None:
-        super().__init__(advice)
-        self.advice = advice
-
-
-def _raise_terminated(signal_number: int, frame: FrameType | None) -> None:
-    raise Terminated
-
-
-@contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """SIGTERM raises Terminated while the command runs (signal handlers can only be set in the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+OUT_OF_MEMORY = 2
+# What makes a command's memory smaller, by its module; the others' memory is the model's and the data's.
+SMALLER = {
+    "translate": "lower --batch_size or --num_beams",
+    "evaluate": "lower --batch_size or --num_beams",
+    "train": "lower --max_tokens",
+}
 
 
-def _stdout_to_devnull() -> None:
-    """Point standard output at /dev/null, so that flushing it at exit does not raise BrokenPipeError again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+def is_out_of_memory(error: BaseException) -> bool:
+    """Python's MemoryError, or torch's CPU allocator's refusal (a RuntimeError "can't allocate memory")."""
+    return isinstance(error, MemoryError) or (
+        isinstance(error, RuntimeError) and "can't allocate memory" in str(error)
+    )
+
+
+def out_of_memory_message(command_module: str) -> str:
+    """One line: the memory the process may take (and the limit that says so) and what to change."""
+    room = host_room()
+    free = "" if room is None else f" ({room.bytes / 2**30:,.1f} GiB free{room.limit})"
+    fixes = [SMALLER.get(command_module.rpartition(".")[2], "free memory")]
+    if room is not None and room.limit:
+        fixes.append("raise the limit")
+    return f"error: out of memory{free}: {', or '.join(fixes)}."
 
 
 def command(main: Main) -> Main:
-    """A console command's `main`, ending on signals and a closed standard output as this module says."""
+    """A console command's `main`, ending on signals, a closed standard output and a failed allocation as this
+    module says."""
 
     @functools.wraps(main)
     def run(argv: Sequence[str] | None = None) -> int:
-        try:
-            with _sigterm_raises():
+        def within_memory() -> int:
+            try:
                 return main(argv)
-        except KeyboardInterrupt as interrupt:
-            advice = interrupt.advice if isinstance(interrupt, Interrupted) else ""
-            print(f"\ninterrupted{f'; {advice}' if advice else ''}", file=sys.stderr)
-            return INTERRUPTED
-        except Terminated:
-            print("\nterminated", file=sys.stderr)
-            return TERMINATED
-        except BrokenPipeError:
-            _stdout_to_devnull()
-            return BROKEN_PIPE
+            except (MemoryError, RuntimeError) as error:
+                if not is_out_of_memory(error):
+                    raise
+            # said outside the except block: the failed work's frames, and their memory, are gone by now
+            print(out_of_memory_message(main.__module__), file=sys.stderr)
+            return OUT_OF_MEMORY
+
+        return ending_on_signals(within_memory)
 
     return run
+
+
+def parse_intermixed_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """`parser.parse_intermixed_args(argv)` (positionals among the options), where `--` ends the options as it
+    does in every command: what follows it is positional even if it starts with "-" (`vaswani-translate -- -m`).
+    Python 3.11's own drops the `--` between its two passes when no positional comes before it, so the strings
+    after it go to argparse as stand-ins that cannot look like options, and come back whole after the parse."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in arguments:
+        return parser.parse_intermixed_args(arguments)
+    cut = arguments.index("--")
+    stand_ins = {f"\0{index}": text for index, text in enumerate(arguments[cut + 1 :])}
+    namespace = parser.parse_intermixed_args(arguments[:cut] + list(stand_ins))
+    for action in parser._actions:
+        if action.option_strings or action.dest == argparse.SUPPRESS:
+            continue
+
+        def restored(value: object, action: argparse.Action = action) -> object:
+            text = stand_ins.get(str(value))
+            if text is None:
+                return value
+            return action.type(text) if callable(action.type) else text
+
+        value = getattr(namespace, action.dest, None)
+        setattr(
+            namespace, action.dest, [*map(restored, value)] if isinstance(value, list) else restored(value)
+        )
+    return namespace

@@ -32,7 +32,7 @@ from ..engines.load import load_engine
 from ..engines.options import EngineOptions
 from ..evaluation.streaming import BUFFER_BATCHES, default_buffer_lines, translate_in_buffers
 from ..files import check_input_file
-from .command import command
+from .command import command, parse_intermixed_args
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
 
@@ -53,7 +53,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
         "default --batch_size); "
         "1 translates each line as soon as it ends",
     )
-    args = parser.parse_intermixed_args(argv)  # files may follow options: MODEL --num_beams 1 FILE
+    args = parse_intermixed_args(parser, argv)  # files may follow options: MODEL --num_beams 1 FILE
     if args.buffer_lines is not None and args.buffer_lines < 1:
         parser.error(f"--buffer_lines must be at least 1, got {args.buffer_lines}")
     for path in args.files:

@@ -18,10 +18,17 @@ from typing import Any, overload
 
 import torch
 from tqdm.auto import tqdm
-from transformers import Pipeline, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    Pipeline,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from .configuration_vaswani_transformer import PIPELINE_TASK
 from .cuda_graphs_vaswani_transformer import bucket, bucketed_generate, check_cuda_graphs
+from .memory_vaswani_transformer import host_room
 from .precision_vaswani_transformer import autocast_to, decoding_precision
 
 # Sentences per decoding batch: beam search drops each sentence once its beams are final, so a larger batch costs
@@ -45,16 +52,13 @@ def cap_source_lengths(encodings: list[list[int]], limit: int) -> list[list[int]
 
 
 def free_memory_bytes(device: torch.device) -> int | None:
-    """Memory the device can still give: the GPU's free memory, or the host's MemAvailable (Linux); None when
+    """Memory the device can still give: the GPU's free memory, or what the host leaves this process, the least
+    of its free memory, the process's limits and its cgroup's (`memory_vaswani_transformer.host_room`); None when
     it cannot be read."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            fields = dict(line.split(":", 1) for line in meminfo)
-        return int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return None
+    room = host_room()
+    return None if room is None else room.bytes
 
 
 def decoding_bytes(config: Any, sentences: int, beams: int, source_tokens: int, new_tokens: int) -> int:
@@ -87,10 +91,13 @@ def check_decoding_budget(
     )
     if free is not None and needed > free:
         batches = "a batch" if in_flight == 1 else f"{in_flight} batches at once, each"
+        room = None if model.device.type == "cuda" else host_room()
+        limit = room.limit if room else ""  # the process's or its cgroup's limit that leaves `free`, if any
         raise DecodingBudgetError(
             f"decoding {batches} of {sentences:,} sentence(s) with {beams:,} beam(s) ({source_tokens:,} source and "
             f"up to {new_tokens:,} new tokens, vocabulary {config.vocab_size:,}) needs about {needed / 2**30:,.1f} "
-            f"GiB, but {free / 2**30:,.1f} GiB are free: lower --num_beams or --batch_size."
+            f"GiB, but {free / 2**30:,.1f} GiB are free{limit}: lower --num_beams or --batch_size"
+            f"{', or raise the limit' if limit else ''}."
         )
 
 
@@ -165,27 +172,47 @@ def workers_within_budget(
     return workers
 
 
+class UntilSet(StoppingCriteria):
+    """generate() stops every sequence at its next step once `event` is set."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
+    ) -> torch.BoolTensor:
+        return torch.full(
+            (input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device
+        )
+
+
 def decoded_batches(
-    batches: list[list[int]], decode: Callable[[list[int]], list[str]], workers: int
+    batches: list[list[int]], decode: Callable[[list[int], threading.Event | None], list[str]], workers: int
 ) -> Iterator[tuple[list[int], list[str]]]:
-    """Each batch with its translations as they finish: one at a time in this thread, or `workers` at once in
-    threads of their own, each on its share of torch's threads (an error in one stops the batches not started)."""
+    """Each batch with its translations as they finish: one at a time in this thread (`decode(batch, None)`), or
+    `workers` at once in threads of their own, each on its share of torch's threads (`decode(batch, stop)`, whose
+    decoding ends at its next step once `stop` is set).
+
+    `stop` is set by the first error in a worker and whenever this generator ends early, by an error or by Ctrl-C
+    in this thread: batches not started are skipped, those under way end at their next step and are never handed
+    on, so that a KeyboardInterrupt ends translation at once instead of after every batch under way."""
     if workers == 1:
         for batch in batches:
-            yield batch, decode(batch)
+            yield batch, decode(batch, None)
         return
     threads = max(1, torch.get_num_threads() // workers)
-    failed = threading.Event()  # set by the first error: batches not yet started are skipped (None)
+    stop = threading.Event()
 
     def decode_in_worker(batch: list[int]) -> list[str] | None:
-        if failed.is_set():
+        if stop.is_set():
             return None
         try:
             with intra_op_threads(threads):
-                return decode(batch)
+                translations = decode(batch, stop)
         except BaseException:
-            failed.set()
+            stop.set()
             raise
+        return None if stop.is_set() else translations  # a batch the stop may have cut short is not handed on
 
     pool = ThreadPoolExecutor(workers, thread_name_prefix="translate")
     try:
@@ -194,6 +221,7 @@ def decoded_batches(
             if (translations := future.result()) is not None:
                 yield futures[future], translations
     finally:
+        stop.set()
         pool.shutdown(cancel_futures=True)
 
 
@@ -292,16 +320,23 @@ def translate(
     count = workers_within_budget(model, first_batch, generate_kwargs, count, chosen=workers is not None)
     precision = decoding_precision(model.dtype, model.device, dtype, width=model.config.d_model)
 
-    def decode(batch: list[int]) -> list[str]:
-        """One batch's translations (autocast and grad mode are per thread, so entered here)."""
+    def decode(batch: list[int], stop: threading.Event | None) -> list[str]:
+        """One batch's translations, ending at the next step once `stop` is set (autocast and grad mode are per
+        thread, so entered here)."""
         inputs = tokenizer.pad({"input_ids": [encodings[i] for i in batch]}, return_tensors="pt")
         rows = bucket(len(batch)) if cuda_graphs else len(batch)  # copies fill a CUDA-graph batch's bucket
         check_decoding_budget(model, rows, inputs["input_ids"].shape[1], generate_kwargs, count)
+        arguments = generate_kwargs
+        if stop is not None:
+            criteria = StoppingCriteriaList(
+                [*(generate_kwargs.get("stopping_criteria") or ()), UntilSet(stop)]
+            )
+            arguments = {**generate_kwargs, "stopping_criteria": criteria}
         # no_grad, not inference_mode: autocast keeps its bfloat16 copy of each weight for the whole generate()
         # only outside inference mode (inside it, every weight is cast again at every decoding step)
         with torch.no_grad(), autocast_to(precision, model.dtype, model.device):
             generate = partial(bucketed_generate, model) if cuda_graphs else model.generate
-            outputs = generate(**inputs.to(model.device), **generate_kwargs)
+            outputs = generate(**inputs.to(model.device), **arguments)
         return [text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]
 
     was_training = model.training
