@@ -1089,10 +1089,6 @@ def weights_edited(change: Callable[[dict[str, torch.Tensor]], None]) -> Callabl
     return setup
 
 
-def evaluated(ws: Workspace) -> list[str]:
-    return [ws.model, "--source", sources(ws), "--references", sources(ws), "--name", "x"]
-
-
 def pushed(ws: Workspace) -> list[str]:
     return [ws.model, "--repo_id", "tester/x", "--local_dir", ws.new]
 
@@ -1107,25 +1103,24 @@ def fairseq_in_workspace(ws: Workspace) -> None:
     (ws.root / "fs" / "fairseq" / "dict.de.txt").write_bytes(b"Haus 12\nH\xe4user 7\n")
 
 
-NOT_THE_WEIGHTS = "config.json does not belong to the weights in model.safetensors: it says "
 MATCH_CASES: dict[str, Case] = {
     # config.json against the weights' names and shapes
     "translate config 3 encoder layers": Case(
         "translate",
         translate_with(),
-        NOT_THE_WEIGHTS + "num_encoder_layers 3 (the weights have 2)",
+        "config.json does not belong to the weights in model.safetensors: it says num_encoder_layers 3 (the weights have 2)",
         setup=json_edited("config.json", num_encoder_layers=3),
     ),
     "evaluate config 5 encoder layers": Case(
         "evaluate",
-        evaluated,
-        NOT_THE_WEIGHTS + "num_encoder_layers 5 (the weights have 2)",
+        evaluate_with("--name", "x"),
+        "config.json does not belong to the weights in model.safetensors: it says num_encoder_layers 5 (the weights have 2)",
         setup=json_edited("config.json", num_encoder_layers=5),
     ),
     "translate config learned positions": Case(
         "translate",
         translate_with(),
-        NOT_THE_WEIGHTS + "position_embedding_type 'learned' (the weights have 'sinusoidal')",
+        "config.json does not belong to the weights in model.safetensors: it says position_embedding_type 'learned' (the weights have 'sinusoidal')",
         setup=json_edited("config.json", position_embedding_type="learned"),
     ),
     "translate config model_type marian": Case(
@@ -1150,7 +1145,7 @@ MATCH_CASES: dict[str, Case] = {
     "export config gelu, no run record": Case(
         "export",
         lambda ws: [ws.model, ws.new],
-        f"config.json has settings other than those the weights were saved with (its {FINGERPRINT_KEY} differs",
+        "config.json has settings other than those the weights were saved with (its architecture_fingerprint differs",
         setup=without_run_record(json_edited("config.json", activation_function="gelu")),
     ),
     "push config 8 heads, no fingerprint (an older folder)": Case(
@@ -1183,7 +1178,7 @@ MATCH_CASES: dict[str, Case] = {
     ),
     "evaluate NaN weights": Case(
         "evaluate",
-        evaluated,
+        evaluate_with("--name", "x"),
         "the weight model.encoder.layers.0.self_attn.q_proj.weight holds NaN or infinite values",
         setup=weights_edited(
             lambda tensors: (
@@ -1212,7 +1207,7 @@ MATCH_CASES: dict[str, Case] = {
     ),
     "evaluate max_length 1": Case(
         "evaluate",
-        evaluated,
+        evaluate_with("--name", "x"),
         "generation_config.json: max_length 1 cannot decode: give a whole number of at least 2",
         setup=json_edited("generation_config.json", max_length=1),
     ),
