@@ -56,8 +56,10 @@ def weight_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if not index.is_file():
         return [folder / "model.safetensors"]
-    weight_map = read_json(index, SAVE_AGAIN).get("weight_map", {})
-    return [folder / name for name in sorted(set(weight_map.values()))]
+    weight_map = read_json(index, SAVE_AGAIN)
+    if not isinstance(weight_map, dict) or not isinstance(weight_map.get("weight_map"), dict):
+        raise ValueError(f"{index} has no weight_map: {SAVE_AGAIN}.")
+    return [folder / name for name in sorted(set(map(str, weight_map["weight_map"].values())))]
 
 
 def weight_shapes(files: Iterable[Path]) -> dict[str, tuple[int, ...]]:
