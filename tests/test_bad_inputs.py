@@ -19,11 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import transformers
 from huggingface_hub import constants
+from safetensors.torch import load_file, save_file
 
 from tests.conftest import TINY, tatoeba_files
 from tests.convert.conftest import save_small_fsmt, small_vocabulary
+from tests.convert.fairseq_fixture import HOLDABLE_SIZES, make_fairseq_checkpoint
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.cli import (
     average,
@@ -39,6 +42,7 @@ from vaswani_transformer.cli import (
 )
 from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.data.tokenization import train_bpe
+from vaswani_transformer.modeling.configuration_vaswani_transformer import FINGERPRINT_KEY
 from vaswani_transformer.training.run_folder import LOCK_FILE
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
@@ -1128,6 +1132,192 @@ RESUME_CASES: dict[str, Case] = {
     ),
 }
 CASES |= RESUME_CASES
+
+
+# Issue 58, item 3: a folder must match its weights (evaluation/verification.py); the workspace's model is the
+# trained miniature (2 + 2 layers, 4 heads, 400 tokens), with its train_options.json and config.json's fingerprint
+def json_edited(name: str, **changes: Any) -> Callable[[Workspace], None]:
+    """The model folder's JSON file `name` with `changes` (None: the key removed)."""
+
+    def setup(ws: Workspace) -> None:
+        path = Path(ws.model) / name
+        content = {**json.loads(path.read_text(encoding="utf-8")), **changes}
+        path.write_text(json.dumps({k: v for k, v in content.items() if v is not None}), encoding="utf-8")
+
+    return setup
+
+
+def without_run_record(*setups: Callable[[Workspace], None]) -> Callable[[Workspace], None]:
+    """`setups`, in a model folder without train_options.json (a model saved by save_pretrained or converted)."""
+
+    def setup(ws: Workspace) -> None:
+        (Path(ws.model) / "train_options.json").unlink()
+        for change in setups:
+            change(ws)
+
+    return setup
+
+
+def weights_edited(change: Callable[[dict[str, torch.Tensor]], None]) -> Callable[[Workspace], None]:
+    """The model's model.safetensors rewritten with `change` made to its tensors."""
+
+    def setup(ws: Workspace) -> None:
+        tensors = load_file(model_weights(ws))
+        change(tensors)
+        save_file(tensors, model_weights(ws), metadata={"format": "pt"})
+
+    return setup
+
+
+def pushed(ws: Workspace) -> list[str]:
+    return [ws.model, "--repo_id", "tester/x", "--local_dir", ws.new]
+
+
+def fsmt_file_written(name: str, content: bytes) -> Callable[[Workspace], None]:
+    return lambda ws: (fsmt_in_workspace()(ws), (ws.root / "fsmt" / name).write_bytes(content))
+
+
+def fairseq_in_workspace(ws: Workspace) -> None:
+    """A small fairseq checkpoint folder `fs/fairseq` whose dict.de.txt is not UTF-8."""
+    make_fairseq_checkpoint(ws.root / "fs", sizes=HOLDABLE_SIZES)
+    (ws.root / "fs" / "fairseq" / "dict.de.txt").write_bytes(b"Haus 12\nH\xe4user 7\n")
+
+
+MATCH_CASES: dict[str, Case] = {
+    # config.json against the weights' names and shapes
+    "translate config 3 encoder layers": Case(
+        "translate",
+        translate_with(),
+        "config.json does not belong to the weights in model.safetensors: it says num_encoder_layers 3 (the weights have 2)",
+        setup=json_edited("config.json", num_encoder_layers=3),
+    ),
+    "evaluate config 5 encoder layers": Case(
+        "evaluate",
+        evaluate_with("--name", "x"),
+        "config.json does not belong to the weights in model.safetensors: it says num_encoder_layers 5 (the weights have 2)",
+        setup=json_edited("config.json", num_encoder_layers=5),
+    ),
+    "translate config learned positions": Case(
+        "translate",
+        translate_with(),
+        "config.json does not belong to the weights in model.safetensors: it says position_embedding_type 'learned' (the weights have 'sinusoidal')",
+        setup=json_edited("config.json", position_embedding_type="learned"),
+    ),
+    "translate config model_type marian": Case(
+        "translate",
+        translate_with(),
+        "config.json says model_type 'marian', but the weights are this package's (vaswani_transformer)",
+        setup=json_edited("config.json", model_type="marian"),
+    ),
+    # what changes no shape: against train_options.json, and config.json's fingerprint
+    "translate config 8 heads": Case(
+        "translate",
+        translate_with(),
+        "config.json says num_heads 8 (the run trained with 4), as train_options.json records",
+        setup=json_edited("config.json", num_heads=8),
+    ),
+    "export-onnx config without embedding scale": Case(
+        "export-onnx",
+        lambda ws: [ws.model, ws.new],
+        "config.json says scale_embedding False (the run trained with True)",
+        setup=json_edited("config.json", scale_embedding=False),
+    ),
+    "export config gelu, no run record": Case(
+        "export",
+        lambda ws: [ws.model, ws.new],
+        "config.json has settings other than those the weights were saved with (its architecture_fingerprint differs",
+        setup=without_run_record(json_edited("config.json", activation_function="gelu")),
+    ),
+    "push config 8 heads, no fingerprint (an older folder)": Case(
+        "push",
+        pushed,
+        "config.json says num_heads 8 (the run trained with 4)",
+        setup=json_edited("config.json", num_heads=8, **{FINGERPRINT_KEY: None}),
+    ),
+    "translate config pad_token_id out of range": Case(
+        "translate",
+        translate_with(),
+        "config.json: pad_token_id 100000 is not a token id of the model's 400-token vocabulary (0 to 399)",
+        setup=json_edited("config.json", pad_token_id=100000),
+    ),
+    # model.safetensors: every weight, of its shape, finite
+    "plot-attention weights missing a tensor": Case(
+        "plot-attention",
+        lambda ws: [ws.model, "A dog.", "--output_dir", ws.new],
+        "model.safetensors is not a whole model of this config: 1 weights missing "
+        "(model.decoder.layers.1.feed_forward.fc2.bias)",
+        setup=weights_edited(lambda tensors: tensors.pop("model.decoder.layers.1.feed_forward.fc2.bias")),
+    ),
+    "translate weights with an extra tensor": Case(
+        "translate",
+        translate_with(),
+        "1 weights the model has no place for (model.encoder.layers.0.extra_proj.bias)",
+        setup=weights_edited(
+            lambda tensors: tensors.update({"model.encoder.layers.0.extra_proj.bias": torch.zeros(64)})
+        ),
+    ),
+    "evaluate NaN weights": Case(
+        "evaluate",
+        evaluate_with("--name", "x"),
+        "the weight model.encoder.layers.0.self_attn.q_proj.weight holds NaN or infinite values",
+        setup=weights_edited(
+            lambda tensors: (
+                tensors["model.encoder.layers.0.self_attn.q_proj.weight"].view(-1)[5].fill_(float("nan"))
+            )
+        ),
+    ),
+    # generation_config.json: read, and its settings able to decode
+    "translate truncated generation_config.json": Case(
+        "translate",
+        translate_with(),
+        "generation_config.json is damaged, not valid JSON",
+        setup=lambda ws: truncate(Path(ws.model) / "generation_config.json"),
+    ),
+    "translate num_beams 0": Case(
+        "translate",
+        translate_with(),
+        "generation_config.json: num_beams 0 cannot decode: give a whole number of at least 1",
+        setup=json_edited("generation_config.json", num_beams=0),
+    ),
+    "translate num_beams four": Case(
+        "translate",
+        translate_with(),
+        "generation_config.json: num_beams 'four' cannot decode: give a whole number of at least 1",
+        setup=json_edited("generation_config.json", num_beams="four"),
+    ),
+    "evaluate max_length 1": Case(
+        "evaluate",
+        evaluate_with("--name", "x"),
+        "generation_config.json: max_length 1 cannot decode: give a whole number of at least 2",
+        setup=json_edited("generation_config.json", max_length=1),
+    ),
+    # vaswani-convert's inputs
+    "convert fsmt garbage merges.txt": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: ws.new),
+        "merges.txt: merge 1 ('Lorem ipsum') is not a BPE merge of two known symbols",
+        setup=fsmt_file_written("merges.txt", b"Lorem ipsum dolor sit amet\nconsectetur adipiscing elit\n"),
+    ),
+    "convert fsmt merges.txt not UTF-8": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: ws.new),
+        "merges.txt is not UTF-8 text",
+        setup=fsmt_file_written("merges.txt", b"t h\n\xe4 h\n"),
+    ),
+    "convert fsmt truncated model.safetensors": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: ws.new),
+        "model.safetensors is damaged",
+        setup=lambda ws: (fsmt_in_workspace()(ws), truncate(ws.root / "fsmt" / "model.safetensors")),
+    ),
+    "convert fairseq dict.de.txt not UTF-8": Case(
+        "convert",
+        lambda ws: ["fairseq", str(ws.root / "fs" / "fairseq"), ws.new],
+        "dict.de.txt is not UTF-8 text (invalid continuation byte at byte 9)",
+        setup=fairseq_in_workspace,
+    ),
+}
+CASES |= MATCH_CASES
 
 
 def snapshot(root: Path) -> dict[str, str]:

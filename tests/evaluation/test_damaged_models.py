@@ -32,7 +32,10 @@ def remove_config(folder: Path) -> None:
 
 DAMAGES: dict[str, tuple[Callable[[Path], None], str]] = {
     "truncated weights": (truncate_weights, "model.safetensors is damaged"),
-    "vocab_size edited": (edit_vocabulary_size, "do not have the shapes config.json describes"),
+    "vocab_size edited": (
+        edit_vocabulary_size,
+        "config.json does not belong to the weights in model.safetensors",
+    ),
     "truncated tokenizer": (truncate_tokenizer, "tokenizer.json is damaged, not valid JSON"),
     "config.json missing": (remove_config, "config.json"),
 }

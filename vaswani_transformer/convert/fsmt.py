@@ -22,6 +22,7 @@ import torch
 from transformers import AutoConfig, FSMTForConditionalGeneration, FSMTTokenizer, GenerationConfig
 
 from ..evaluation.loading import check_model_name
+from ..evaluation.verification import check_finite, check_merges, merges_in, weight_files, weight_shapes
 from ..files import check_apart, check_writable, folder_written_whole, is_local_path
 from ..modeling.configuration_vaswani_transformer import ACTIVATIONS, VaswaniTransformerConfig
 from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
@@ -180,17 +181,30 @@ def decoding_config(fsmt: FSMTForConditionalGeneration) -> GenerationConfig:
     return GenerationConfig(**{name: value for name, value in settings.items() if value is not None})
 
 
+def check_local_files(folder: Path) -> None:
+    """An FSMT folder's weights are whole safetensors with finite values, and its merges.txt is UTF-8: errors
+    naming the file (transformers' own name none)."""
+    files = weight_files(folder)
+    weight_shapes(files)
+    check_finite(files)
+    if (folder / "merges.txt").is_file():
+        merges_in(folder / "merges.txt")
+
+
 def converted_model(name: str) -> tuple[VaswaniTransformerForConditionalGeneration, FSMTTokenizer]:
     """The FSMT model of `name` (folder or Hub id) as this package's model, with its tokenizer; refused before any
     weight is read where the config says this model cannot hold it."""
     config = fsmt_config(name)
     check_holdable(name, config)
+    if Path(name).is_dir():
+        check_local_files(Path(name))
     try:
         tokenizer = FSMTTokenizer.from_pretrained(name)
     except (OSError, TypeError, ValueError) as error:  # TypeError: a vocabulary file missing from the folder
         raise ValueError(
             f"{name}: its FSMT tokenizer cannot be read ({error}); give the model's folder whole."
         ) from None
+    check_merges(sorted(tokenizer.bpe_ranks, key=tokenizer.bpe_ranks.__getitem__), f"{name}/merges.txt")
     check_one_vocabulary(name, tokenizer, config.tgt_vocab_size)
     fsmt = FSMTForConditionalGeneration.from_pretrained(name, dtype=torch.float32)
     model = VaswaniTransformerForConditionalGeneration(vaswani_config(config))

@@ -34,7 +34,12 @@ class Vocabulary:
 def text_lines(path: Path) -> list[str]:
     """A text file's lines split at line ends only, as Python's readlines() (which fairseq and subword-nmt use)
     splits them: str.splitlines() would also split at characters a BPE piece may hold (U+2028, U+0085)."""
-    lines = path.read_text(encoding="utf-8").split("\n")
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path} is not UTF-8 text ({error.reason} at byte {error.start:,}): use the archive's own file."
+        ) from None
     return lines[:-1] if lines[-1] == "" else lines
 
 

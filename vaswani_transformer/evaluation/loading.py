@@ -4,14 +4,13 @@
 user loads it with the Auto classes; a damaged or mismatched folder is an error naming the file and the fix.
 """
 
-import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..files import is_local_path, read_json
+from .verification import SAVE_AGAIN, verify_model_folder, weight_files, weight_shapes
 
 
 def check_model_name(name: str | Path) -> str:
@@ -35,7 +34,6 @@ def decoding_dtype(device: str) -> torch.dtype:
     return torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
 
 
-SAVE_AGAIN = "save the model and tokenizer again (save_pretrained) or copy the folder anew"
 # A saved tokenizer's own files: this package's (the tokenizers library's one JSON file), or those of the FSMT
 # tokenizer (Moses and BPE: source and target vocabularies and the merges) that converted published models keep.
 TOKENIZER_FILES = ("tokenizer.json",)
@@ -57,28 +55,12 @@ def _check_saved_file(path: Path) -> None:
         read_json(path, SAVE_AGAIN)
 
 
-def _weight_files(folder: Path) -> list[Path]:
-    """model.safetensors, or the shards its index names."""
-    index = folder / "model.safetensors.index.json"
-    if not index.is_file():
-        return [folder / "model.safetensors"]
-    _check_saved_file(index)
-    return [folder / name for name in sorted(set(json.loads(index.read_bytes())["weight_map"].values()))]
-
-
 def check_saved_files(folder: Path) -> None:
     """A model folder's configuration, tokenizer and weights are there and readable as what they are; else an
     error naming the damaged file, before anything loads (transformers' own errors name none, or mislead)."""
     for name in ("config.json", *tokenizer_files(folder)):
         _check_saved_file(folder / name)
-    for weights in _weight_files(folder):
-        if not weights.is_file():
-            raise FileNotFoundError(f"{weights}: missing; a saved model folder holds it ({SAVE_AGAIN}).")
-        try:
-            with safe_open(weights, framework="pt") as tensors:
-                tensors.keys()
-        except SafetensorError as error:  # e.g. truncated by a full disk or an interrupted copy
-            raise ValueError(f"{weights} is damaged ({error}): {SAVE_AGAIN}.") from None
+    weight_shapes(weight_files(folder))
 
 
 def load_for_decoding(
@@ -93,6 +75,7 @@ def load_for_decoding(
     name = check_model_name(model_dir)
     if Path(name).is_dir():
         check_saved_files(Path(name))
+        verify_model_folder(Path(name))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=dtype or decoding_dtype(device))

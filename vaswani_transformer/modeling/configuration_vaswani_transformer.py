@@ -4,6 +4,8 @@ The defaults *are* the paper's base model (Table 3, row "base"); `from_preset` g
 the remote-code tier (docs/architecture.md): every file of this folder imports it, and it imports none of them.
 """
 
+import hashlib
+import json
 from typing import Any, ClassVar
 
 from huggingface_hub.dataclasses import strict
@@ -20,6 +22,25 @@ INIT_SCHEMES = ("normal", "xavier")
 # The task under which `import vaswani_transformer` registers the translation pipeline, and under which a saved
 # folder declares it as remote code (pipeline_vaswani_transformer.py, remote_code_vaswani_transformer.py).
 PIPELINE_TASK = "vaswani-translation"
+# What a config can change without changing any weight's shape, yet which changes what the weights compute: a saved
+# config.json records a fingerprint of these under FINGERPRINT_KEY, so that a loader finds one edited after the
+# weights were saved (evaluation/verification.py; docs/hub.md, "A folder must match its weights").
+SHAPE_FREE_SETTINGS = (
+    "num_heads",
+    "d_k",
+    "d_v",
+    "activation_function",
+    "scale_embedding",
+    "position_embedding_type",
+    "sinusoid_layout",
+    "position_offset",
+    "layer_norm_eps",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+)
+FINGERPRINT_KEY = "architecture_fingerprint"
 
 # Named rows of the paper's Table 3 (all other values are the base model's).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -125,7 +146,22 @@ class VaswaniTransformerConfig(PreTrainedConfig):
         self._check_sizes()
         self._check_probabilities()
         self._check_choices()
+        kwargs.pop(
+            FINGERPRINT_KEY, None
+        )  # a record of the saved file, recomputed whenever the config is saved
         super().__post_init__(**_without_locally_served_pipelines(kwargs))
+
+    def architecture_fingerprint(self) -> str:
+        """The fingerprint of the model type and the `SHAPE_FREE_SETTINGS`, as saved under FINGERPRINT_KEY."""
+        settings = {
+            "model_type": self.model_type,
+            **{name: getattr(self, name) for name in SHAPE_FREE_SETTINGS},
+        }
+        return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        """transformers' dictionary (what config.json holds), with the architecture fingerprint."""
+        return {**super().to_dict(), FINGERPRINT_KEY: self.architecture_fingerprint()}
 
     @property
     def head_dim_k(self) -> int:
@@ -204,7 +240,15 @@ class VaswaniTransformerConfig(PreTrainedConfig):
             raise ValueError(f"position_offset must be >= 0, got {self.position_offset}.")
 
 
-__all__ = ["INIT_SCHEMES", "PIPELINE_TASK", "PRESETS", "SINUSOID_LAYOUTS", "VaswaniTransformerConfig"]
+__all__ = [
+    "FINGERPRINT_KEY",
+    "INIT_SCHEMES",
+    "PIPELINE_TASK",
+    "PRESETS",
+    "SHAPE_FREE_SETTINGS",
+    "SINUSOID_LAYOUTS",
+    "VaswaniTransformerConfig",
+]
 
 
 def _without_locally_served_pipelines(kwargs: dict[str, Any]) -> dict[str, Any]:
