@@ -1055,10 +1055,8 @@ CASES |= CUDA_GRAPH_CASES
 # files read before loading are named when damaged.
 EVIL_CODE = """import pathlib
 pathlib.Path({marker!r}).write_text("ran")
-from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 class EvilTok(PreTrainedTokenizerFast): pass
-class EvilConfig(PreTrainedConfig): model_type = "evil"
-class EvilModel(PreTrainedModel): config_class = EvilConfig
 """
 EVIL_TOKENIZER = {"auto_map": {"AutoTokenizer": ["evil.EvilTok", None]}, "tokenizer_class": "EvilTok"}
 
@@ -1126,15 +1124,11 @@ TRUST_CASES: dict[str, Case] = {
         ALLOW,
         setup=TOKENIZER_TRAP,
     ),
-    "evaluate: config.json names a model class of the folder": Case(
+    "evaluate: config.json names a tokenizer class of the folder": Case(
         "evaluate",
         evaluate_with("--name", "x"),
-        "config.json asks to run code of the model folder (AutoModelForSeq2SeqLM: evil.EvilModel)",
-        setup=trapped(
-            model_folder,
-            "config.json",
-            auto_map={"AutoConfig": "evil.EvilConfig", "AutoModelForSeq2SeqLM": "evil.EvilModel"},
-        ),
+        "config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok)",
+        setup=trapped(model_folder, "config.json", auto_map={"AutoTokenizer": ["evil.EvilTok", None]}),
     ),
     "translate: config.json of another model_type names the family's file": Case(
         "translate",

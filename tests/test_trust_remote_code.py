@@ -191,6 +191,17 @@ def test_the_packages_own_folders_need_no_flag_and_keep_the_packages_classes(sav
         assert type(model) is VaswaniTransformerForConditionalGeneration
 
 
+def test_the_package_auto_classes_in_its_own_config_never_run_the_folders_code(trapped: Path) -> None:
+    """What transformers serves from the registered classes: even entries naming evil.py are never imported."""
+    config_file = trapped / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["auto_map"] = dict.fromkeys(("AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"), "evil.EvilTok")
+    config_file.write_text(json.dumps(config), encoding="utf-8")
+    (trapped / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "TokenizersBackend"}))
+    model, _ = load_for_decoding(trapped, device="cpu")
+    assert type(model) is VaswaniTransformerForConditionalGeneration and not ran(trapped)
+
+
 def test_which_auto_map_entries_ask_for_a_folders_code() -> None:
     own = {"AutoConfig": "configuration_vaswani_transformer.VaswaniTransformerConfig"}
     assert code_references("config.json", {"model_type": "vaswani_transformer", "auto_map": own}) == []
