@@ -1085,9 +1085,6 @@ def fsmt_folder(ws: Workspace) -> Path:
 
 
 TOKENIZER_TRAP = trapped(model_folder, "tokenizer_config.json", **EVIL_TOKENIZER)
-ASKS = "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); nothing was loaded"
-ALLOW = f"{ASKS}. Pass --trust_remote_code"
-NOT_HERE = f"{ASKS}. This command runs no model folder's code"
 
 
 def fsmt_trap(ws: Workspace) -> None:
@@ -1101,12 +1098,17 @@ def tokenizer_config(content: bytes) -> Callable[[Workspace], None]:
 
 TRUST_CASES: dict[str, Case] = {
     "translate: the tokenizer asks to run the folder's code": Case(
-        "translate", translate_with(), ALLOW, setup=TOKENIZER_TRAP
+        "translate",
+        translate_with(),
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
+        setup=TOKENIZER_TRAP,
     ),
     "translate onnxruntime: the tokenizer asks to run the folder's code": Case(
         "translate",
         translate_with("--engine", "onnxruntime"),
-        ALLOW,
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
         setup=TOKENIZER_TRAP,
     ),
     "translate: the tokenizer asks in auto_map's old list form": Case(
@@ -1116,12 +1118,17 @@ TRUST_CASES: dict[str, Case] = {
         setup=trapped(model_folder, "tokenizer_config.json", auto_map=["evil.EvilTok", None]),
     ),
     "evaluate: the tokenizer asks to run the folder's code": Case(
-        "evaluate", evaluate_with("--name", "x"), ALLOW, setup=TOKENIZER_TRAP
+        "evaluate",
+        evaluate_with("--name", "x"),
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
+        setup=TOKENIZER_TRAP,
     ),
     "evaluate ctranslate2: the tokenizer asks to run the folder's code": Case(
         "evaluate",
         evaluate_with("--name", "x", "--engine", "ctranslate2"),
-        ALLOW,
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
         setup=TOKENIZER_TRAP,
     ),
     "evaluate: config.json names a tokenizer class of the folder": Case(
@@ -1144,28 +1151,46 @@ TRUST_CASES: dict[str, Case] = {
         setup=trapped(model_folder, "processor_config.json", auto_map={"AutoProcessor": "evil.EvilTok"}),
     ),
     "export: the tokenizer asks to run the folder's code": Case(
-        "export", lambda ws: [ws.model, ws.new], ALLOW, setup=TOKENIZER_TRAP
+        "export",
+        lambda ws: [ws.model, ws.new],
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
+        setup=TOKENIZER_TRAP,
     ),
     "export-onnx: the tokenizer asks to run the folder's code": Case(
-        "export-onnx", lambda ws: [ws.model, ws.new], ALLOW, setup=TOKENIZER_TRAP
+        "export-onnx",
+        lambda ws: [ws.model, ws.new],
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
+        setup=TOKENIZER_TRAP,
     ),
     "plot-attention: the tokenizer asks to run the folder's code": Case(
         "plot-attention",
         lambda ws: [ws.model, "I love you.", "--output_dir", ws.new],
-        ALLOW,
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
         setup=TOKENIZER_TRAP,
     ),
     "push local_dir: the tokenizer asks to run the folder's code": Case(
         "push",
         lambda ws: [ws.model, "--repo_id", "tester/x", "--local_dir", ws.new],
-        NOT_HERE,
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. This command runs no model folder's code",
         setup=TOKENIZER_TRAP,
     ),
     "push: the tokenizer asks to run the folder's code": Case(
-        "push", lambda ws: [ws.model, "--repo_id", "tester/x"], NOT_HERE, setup=TOKENIZER_TRAP
+        "push",
+        lambda ws: [ws.model, "--repo_id", "tester/x"],
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. This command runs no model folder's code",
+        setup=TOKENIZER_TRAP,
     ),
     "convert fsmt: the tokenizer asks to run the folder's code": Case(
-        "convert", convert_fsmt_to(lambda ws: ws.new), NOT_HERE, setup=fsmt_trap
+        "convert",
+        convert_fsmt_to(lambda ws: ws.new),
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. This command runs no model folder's code",
+        setup=fsmt_trap,
     ),
     # item 2: what is read before loading is named when damaged
     "translate: tokenizer_config.json not UTF-8": Case(
