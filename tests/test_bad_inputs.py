@@ -1320,6 +1320,166 @@ MATCH_CASES: dict[str, Case] = {
 CASES |= MATCH_CASES
 
 
+# Issue 58, item 1: no folder runs code unasked. Each trap is a folder whose JSON names code of its own (evil.py,
+# which writes CODE_RAN into the workspace, so that the snapshot comparison proves it never ran); item 2: the
+# files read before loading are named when damaged.
+EVIL_CODE = """import pathlib
+pathlib.Path({marker!r}).write_text("ran")
+from transformers import PreTrainedTokenizerFast
+class EvilTok(PreTrainedTokenizerFast): pass
+"""
+EVIL_TOKENIZER = {"auto_map": {"AutoTokenizer": ["evil.EvilTok", None]}, "tokenizer_class": "EvilTok"}
+
+
+def trapped(
+    folder: Callable[[Workspace], Path], file_name: str, **changes: Any
+) -> Callable[[Workspace], None]:
+    """`file_name` of the folder with `changes` (the auto_map naming evil.py), and evil.py beside it."""
+
+    def setup(ws: Workspace) -> None:
+        path = folder(ws) / file_name
+        content = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        path.write_text(json.dumps({**content, **changes}), encoding="utf-8")
+        marker = str(ws.root / "CODE_RAN")  # an absolute path: transformers imports a copy of evil.py
+        (folder(ws) / "evil.py").write_text(EVIL_CODE.format(marker=marker), encoding="utf-8")
+
+    return setup
+
+
+def model_folder(ws: Workspace) -> Path:
+    return Path(ws.model)
+
+
+def fsmt_folder(ws: Workspace) -> Path:
+    return ws.root / "fsmt"
+
+
+TOKENIZER_TRAP = trapped(model_folder, "tokenizer_config.json", **EVIL_TOKENIZER)
+
+
+def fsmt_trap(ws: Workspace) -> None:
+    fsmt_in_workspace()(ws)
+    trapped(fsmt_folder, "tokenizer_config.json", **EVIL_TOKENIZER)(ws)
+
+
+def tokenizer_config(content: bytes) -> Callable[[Workspace], None]:
+    return lambda ws: (Path(ws.model) / "tokenizer_config.json").write_bytes(content)
+
+
+TRUST_CASES: dict[str, Case] = {
+    "translate: the tokenizer asks to run the folder's code": Case(
+        "translate",
+        translate_with(),
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
+        setup=TOKENIZER_TRAP,
+    ),
+    "translate onnxruntime: the tokenizer asks to run the folder's code": Case(
+        "translate",
+        translate_with("--engine", "onnxruntime"),
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
+        setup=TOKENIZER_TRAP,
+    ),
+    "translate: the tokenizer asks in auto_map's old list form": Case(
+        "translate",
+        translate_with(),
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok)",
+        setup=trapped(model_folder, "tokenizer_config.json", auto_map=["evil.EvilTok", None]),
+    ),
+    "evaluate: the tokenizer asks to run the folder's code": Case(
+        "evaluate",
+        evaluate_with("--name", "x"),
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
+        setup=TOKENIZER_TRAP,
+    ),
+    "evaluate ctranslate2: the tokenizer asks to run the folder's code": Case(
+        "evaluate",
+        evaluate_with("--name", "x", "--engine", "ctranslate2"),
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
+        setup=TOKENIZER_TRAP,
+    ),
+    "evaluate: config.json names a tokenizer class of the folder": Case(
+        "evaluate",
+        evaluate_with("--name", "x"),
+        "config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok)",
+        setup=trapped(model_folder, "config.json", auto_map={"AutoTokenizer": ["evil.EvilTok", None]}),
+    ),
+    "translate: config.json of another model_type names the family's file": Case(
+        "translate",
+        translate_with(),
+        "config.json asks to run code of the model folder (AutoConfig: configuration_vaswani_transformer."
+        "VaswaniTransformerConfig",
+        setup=trapped(model_folder, "config.json", model_type="evil"),
+    ),
+    "translate: a processor file asks to run the folder's code": Case(
+        "translate",
+        translate_with(),
+        "processor_config.json asks to run code of the model folder (AutoProcessor: evil.EvilTok)",
+        setup=trapped(model_folder, "processor_config.json", auto_map={"AutoProcessor": "evil.EvilTok"}),
+    ),
+    "export: the tokenizer asks to run the folder's code": Case(
+        "export",
+        lambda ws: [ws.model, ws.new],
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
+        setup=TOKENIZER_TRAP,
+    ),
+    "export-onnx: the tokenizer asks to run the folder's code": Case(
+        "export-onnx",
+        lambda ws: [ws.model, ws.new],
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
+        setup=TOKENIZER_TRAP,
+    ),
+    "plot-attention: the tokenizer asks to run the folder's code": Case(
+        "plot-attention",
+        lambda ws: [ws.model, "I love you.", "--output_dir", ws.new],
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. Pass --trust_remote_code",
+        setup=TOKENIZER_TRAP,
+    ),
+    "push local_dir: the tokenizer asks to run the folder's code": Case(
+        "push",
+        lambda ws: [ws.model, "--repo_id", "tester/x", "--local_dir", ws.new],
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. This command runs no model folder's code",
+        setup=TOKENIZER_TRAP,
+    ),
+    "push: the tokenizer asks to run the folder's code": Case(
+        "push",
+        lambda ws: [ws.model, "--repo_id", "tester/x"],
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. This command runs no model folder's code",
+        setup=TOKENIZER_TRAP,
+    ),
+    "convert fsmt: the tokenizer asks to run the folder's code": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: ws.new),
+        "tokenizer_config.json asks to run code of the model folder (AutoTokenizer: evil.EvilTok); "
+        "nothing was loaded. This command runs no model folder's code",
+        setup=fsmt_trap,
+    ),
+    # item 2: what is read before loading is named when damaged
+    "translate: tokenizer_config.json not UTF-8": Case(
+        "translate",
+        translate_with(),
+        "tokenizer_config.json is damaged, not valid JSON ('utf-8' codec can't decode",
+        setup=tokenizer_config(b'{"tokenizer_class": "\xff\xfe"}'),
+    ),
+    "evaluate: tokenizer_config.json not JSON": Case(
+        "evaluate",
+        evaluate_with("--name", "x"),
+        "tokenizer_config.json is damaged, not valid JSON (Expecting value: line 1 column 1 (char 0)): copy "
+        "the model folder anew from where it came, or save it again (save_pretrained)",
+        setup=tokenizer_config(b"tokenizer_class = TokenizersBackend\n"),
+    ),
+}
+CASES |= TRUST_CASES
+
+
 def snapshot(root: Path) -> dict[str, str]:
     """Every path under `root` with its content's hash (links: their target; folders: a mark)."""
     state = {}

@@ -20,6 +20,7 @@ from .engines.torch_engine import decoding_settings
 from .evaluation.loading import FSMT_TOKENIZER_FILES, load_for_decoding, tokenizer_files
 from .modeling.pipeline_vaswani_transformer import translate
 from .modeling.remote_code_vaswani_transformer import ship_translation_pipeline, sibling_imports
+from .trust import check_remote_code
 
 MODELING_FILE = "modeling_vaswani_transformer.py"
 REQUIRED_FILES = (
@@ -88,10 +89,12 @@ def _links_outside(folder: Path, name: str) -> bool:
 
 def check_model_folder(model_dir: str | Path) -> Path:
     """The folder, if it holds a complete saved model of its own files; otherwise a FileNotFoundError naming what
-    is missing, or a ValueError naming the files that link out of it."""
+    is missing, or a ValueError naming the files that link out of it or that ask to run code of the folder
+    (`trust.check_remote_code`: a published folder holds only this package's code, so no flag allows it)."""
     folder = Path(model_dir)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder (give the final model folder of a training run).")
+    check_remote_code(folder, allowed_by=None)
     missing = [name for name in model_files(folder) if not (folder / name).is_file()]
     if missing:
         raise FileNotFoundError(

@@ -7,7 +7,8 @@
 (model.pt, dict.*.txt, bpecodes). The folder then loads with AutoModelForSeq2SeqLM and translates, scores,
 fine-tunes, exports and pushes as a trained one does (docs/published-models.md). What this model cannot hold
 (separate source and target vocabularies, pre-norm layers, other activations, layer drop, learned positions) is
-refused before anything is written, naming what differs.
+refused before anything is written, naming what differs; so is a model whose files name code of their own (an
+`auto_map`): the conversion reads FSMT models with transformers' own classes and runs no folder's code.
 
 Written all or nothing: into a temporary sibling folder, moved into place at the end.
 

@@ -8,6 +8,7 @@ from typing import Any
 from ..engines.options import DTYPES, ENGINES, QUANTIZATIONS, EngineOptions, check_engine_options
 from ..files import HASH_ALWAYS_BYTES
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE
+from ..trust import TRUST_FLAG, TRUST_HELP
 from ..values import LENGTH_PENALTY_LIMIT, check_length_penalty, finite_float
 
 ENGINE_HELP = (
@@ -43,7 +44,7 @@ CUDA_GRAPHS_HELP = (
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """--num_beams, --length_penalty, --batch_size, --engine, --quantize, --dtype, --device, --cuda_graphs,
-    --ctranslate2_cache, --onnx_cache, --verify_cache."""
+    --ctranslate2_cache, --onnx_cache, --verify_cache, --trust_remote_code."""
     parser.add_argument("--num_beams", "--num-beams", type=int, help="beam size (default: the model's, 4)")
     parser.add_argument(
         "--length_penalty",
@@ -89,6 +90,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         help="before reusing a cached conversion, check every file's content (SHA-256), not only the sizes and "
         f"the files up to {HASH_ALWAYS_BYTES >> 20} MiB; a damaged one is converted anew",
     )
+    parser.add_argument(TRUST_FLAG, "--trust-remote-code", action="store_true", help=TRUST_HELP)
 
 
 def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> EngineOptions:
@@ -109,6 +111,7 @@ def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         ctranslate2_cache=args.ctranslate2_cache,
         onnx_cache=args.onnx_cache,
         verify_cache=args.verify_cache,
+        trust_remote_code=args.trust_remote_code,
     )
     try:
         check_engine_options(options)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..engines.ctranslate2 import MAX_EXPORT_POSITIONS, WEIGHT_TYPES, check_max_positions, to_ctranslate2
 from ..files import check_apart, is_local_path
+from ..trust import TRUST_FLAG, TRUST_HELP
 from .command import command
 
 
@@ -50,6 +51,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="write into a non-empty OUTPUT_DIR: the export's files replace those of the same name, other files stay",
     )
+    parser.add_argument(TRUST_FLAG, "--trust-remote-code", action="store_true", help=TRUST_HELP)
     args = parser.parse_args(argv)
     try:
         check_max_positions(args.max_positions, "--max_positions")
@@ -71,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             quantization=args.quantization,
             max_positions=args.max_positions,
             overwrite=args.overwrite,
+            trust_remote_code=args.trust_remote_code,
         )
     except (OSError, ValueError, ImportError) as error:  # a refused folder, a model that cannot be loaded
         print(f"vaswani-export-ctranslate2: {error}", file=sys.stderr)

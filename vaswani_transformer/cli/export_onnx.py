@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..engines.onnx_export import to_onnx
 from ..files import check_apart, is_local_path
+from ..trust import TRUST_FLAG, TRUST_HELP
 from .command import command
 
 
@@ -39,6 +40,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="write into a non-empty OUTPUT_DIR: the export's files replace those of the same name, other files stay",
     )
+    parser.add_argument(TRUST_FLAG, "--trust-remote-code", action="store_true", help=TRUST_HELP)
     return parser.parse_args(argv)
 
 
@@ -49,7 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_folder = args.model if is_local_path(args.model) else None  # a Hub id: the Hub's cache
     try:
         check_apart("OUTPUT_DIR", args.output_dir, {"the model folder": model_folder})
-        output = to_onnx(args.model, args.output_dir, overwrite=args.overwrite)
+        output = to_onnx(
+            args.model, args.output_dir, overwrite=args.overwrite, trust_remote_code=args.trust_remote_code
+        )
     except (OSError, ValueError, ImportError) as error:  # a refused folder, a model that cannot be loaded
         print(f"vaswani-export-onnx: {error}", file=sys.stderr)
         return 2

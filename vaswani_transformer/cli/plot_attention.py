@@ -19,6 +19,7 @@ from pathlib import Path
 from ..evaluation.loading import load_for_decoding
 from ..files import WriteError, check_apart, check_writable, is_local_path, write_failures_named
 from ..plotting import attention_maps, plot_attention
+from ..trust import TRUST_FLAG, TRUST_HELP
 from .command import command
 
 FILE_NAMES = {
@@ -40,6 +41,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--translation", help="target sentence to force (default: the model's translation)")
     parser.add_argument("--layer", type=int, default=-1, help="layer to draw, 1 = first, -1 = last")
     parser.add_argument("--kinds", nargs="+", choices=sorted(FILE_NAMES), default=["cross", "encoder"])
+    parser.add_argument(TRUST_FLAG, "--trust-remote-code", action="store_true", help=TRUST_HELP)
     parser.add_argument(
         "--output_dir",
         "--output-dir",
@@ -66,7 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             may_contain={"the model folder"},
         )
         check_writable(args.output_dir, "--output_dir")
-        model, tokenizer = load_for_decoding(args.model, device="cpu")
+        model, tokenizer = load_for_decoding(
+            args.model, device="cpu", trust_remote_code=args.trust_remote_code
+        )
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -4,7 +4,9 @@ The upload holds the weights (safetensors), configs, tokenizer, the model's code
 pipeline as remote code, scores, training curve and the card (README.md): it loads with
 `AutoModelForSeq2SeqLM`, `AutoModel`, `AutoTokenizer` and `pipeline("vaswani-translation", ...)` with
 `trust_remote_code=True`, without this package installed. The token comes from --token, HF_TOKEN or
-`hf auth login`. --local_dir writes exactly the uploaded files to a folder instead (no network).
+`hf auth login`. --local_dir writes exactly the uploaded files to a folder instead (no network). A folder whose
+files name code of their own (an `auto_map` in tokenizer_config.json, say) is refused: it publishes only this
+package's code, and runs no folder's code.
 
     vaswani-push runs/tatoeba-en-de/final --repo_id you/tatoeba-en-de
     vaswani-push runs/tatoeba-en-de/final --repo_id you/tatoeba-en-de --private --revision v1

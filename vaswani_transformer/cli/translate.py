@@ -8,7 +8,8 @@ ONNX export in ONNX Runtime (--engine onnxruntime, exported once and cached; flo
 or its CTranslate2 export (--engine ctranslate2, converted once and cached; --quantize int8 is its fast CPU path).
 Input is translated as it is read, a buffer of --buffer_lines lines at a time: each buffer's translations are
 written (and flushed) before the next buffer is read, so they start at once and memory does not grow with the
-input; --buffer_lines 1 translates each line as soon as it ends (typing).
+input; --buffer_lines 1 translates each line as soon as it ends (typing). Standard input is only ever text to
+translate: a model folder whose files name code of their own is refused, never asked about (--trust_remote_code).
 
     echo "Where is the train station?" | vaswani-translate runs/tatoeba-en-de/final
     vaswani-translate runs/tatoeba-en-de/final input.en > output.de

@@ -26,6 +26,7 @@ from ..evaluation.verification import check_finite, check_merges, merges_in, wei
 from ..files import check_apart, check_writable, folder_written_whole, is_local_path
 from ..modeling.configuration_vaswani_transformer import ACTIVATIONS, VaswaniTransformerConfig
 from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from ..trust import check_remote_code, offline_problem
 
 CANNOT_HOLD = "this package's model (the paper's architecture) cannot hold it"
 # FSMT's decoding settings that the converted model keeps: fairseq's beam, its |Y|^α length penalty, its output
@@ -49,11 +50,16 @@ def check_outputs(out: Path, overwrite: bool, choose: str) -> None:
 
 
 def fsmt_config(name: str) -> Any:
-    """The FSMT config of a folder or Hub id; another model's is refused, naming what it is."""
+    """The FSMT config of a folder or Hub id; another model's is refused, naming what it is, and so is one whose
+    files ask to run code of their own (`trust.check_remote_code`: the conversion reads it with transformers' own
+    FSMT classes, which need none)."""
+    check_remote_code(name, allowed_by=None)
     try:
-        config = AutoConfig.from_pretrained(name)
+        config = AutoConfig.from_pretrained(name, trust_remote_code=False)
     except (OSError, ValueError) as error:
-        raise ValueError(f"{name}: no FSMT model can be read there ({error}).") from None
+        raise ValueError(
+            offline_problem(name) or f"{name}: no FSMT model can be read there ({error})."
+        ) from None
     if config.model_type != "fsmt":
         raise ValueError(
             f"{name} is not an FSMT model (its config.json says model_type {config.model_type!r}): give a "
@@ -193,7 +199,7 @@ def check_local_files(folder: Path) -> None:
 
 def converted_model(name: str) -> tuple[VaswaniTransformerForConditionalGeneration, FSMTTokenizer]:
     """The FSMT model of `name` (folder or Hub id) as this package's model, with its tokenizer; refused before any
-    weight is read where the config says this model cannot hold it."""
+    weight is read where the config says this model cannot hold it (or asks to run code: `fsmt_config`)."""
     config = fsmt_config(name)
     check_holdable(name, config)
     if Path(name).is_dir():
@@ -219,8 +225,9 @@ def convert_fsmt(model: str | Path, out: str | Path, *, overwrite: bool = False,
     The folder holds this package's config and `model.safetensors`, FSMT's tokenizer files, FSMT's decoding
     defaults in generation_config.json (beam, |Y|^α length penalty, output limit, decoding from `</s>`) and the
     remote code every saved folder carries. What this model cannot hold is a ValueError before anything is
-    written; the folder is written all or nothing (`files.folder_written_whole`; `choose` names the flag or
-    argument that picks another folder in a refused write). Returns `out`.
+    written, and so is a model whose files ask to run code of their own (`fsmt_config`); the folder is written
+    all or nothing (`files.folder_written_whole`; `choose` names the flag or argument that picks another folder
+    in a refused write). Returns `out`.
     """
     out = Path(out)
     name = check_model_name(model)

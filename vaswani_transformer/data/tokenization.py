@@ -6,6 +6,8 @@ from itertools import islice
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from ..trust import check_remote_code
+
 PAD = "<pad>"
 UNK = "<unk>"
 BOS = "<s>"
@@ -96,8 +98,10 @@ def train_bpe(
 
 
 def load_tokenizer(path_or_hub_id: str) -> PreTrainedTokenizerFast:
-    """Load a tokenizer saved with `save_pretrained` from a folder or the Hub."""
-    return AutoTokenizer.from_pretrained(path_or_hub_id)
+    """Load a tokenizer saved with `save_pretrained` from a folder or the Hub, running no code of the folder
+    (one that asks to is refused: `trust.check_remote_code`)."""
+    check_remote_code(path_or_hub_id)
+    return AutoTokenizer.from_pretrained(path_or_hub_id, trust_remote_code=False)
 
 
 def lowercases(tokenizer: PreTrainedTokenizerBase) -> bool:

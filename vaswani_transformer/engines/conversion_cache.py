@@ -26,6 +26,7 @@ from ..files import (
     sha256_file,
     write_manifest,
 )
+from ..trust import check_remote_code, load_failure
 
 CACHE_RECORD = "export.json"  # in a cached conversion: what it was made from
 # The files a conversion reads: weights, configs, tokenizer (never executed or unpickled, only hashed).
@@ -47,12 +48,19 @@ def conversion_cache_dir(kind: str) -> Path:
     return Path(constants.HF_HOME) / "vaswani_transformer" / kind
 
 
-def model_folder(model: str | Path) -> Path:
-    """A local folder with the model's files: the folder itself, or a Hub id's snapshot (the cache offline)."""
+def model_folder(model: str | Path, trust_remote_code: bool = False) -> Path:
+    """A local folder with the model's files: the folder itself, or a Hub id's snapshot (the cache offline); one
+    whose files ask to run code of its own is refused unless `trust_remote_code` (`trust.check_remote_code`)."""
     name = check_model_name(model)
     if Path(name).is_dir():
-        return Path(name)
-    return Path(snapshot_download(name, allow_patterns=list(MODEL_FILES)))
+        folder = Path(name)
+    else:
+        try:
+            folder = Path(snapshot_download(name, allow_patterns=list(MODEL_FILES)))
+        except OSError as error:  # not found, not reachable, not in the cache offline
+            raise load_failure(name, error) from None
+    check_remote_code(folder, trust_remote_code)
+    return folder
 
 
 def model_file_hashes(folder: Path) -> dict[str, str]:

@@ -27,6 +27,7 @@ from ..evaluation.loading import load_for_decoding, tokenizer_files
 from ..files import folder_written_whole, read_json
 from ..modeling.generation_vaswani_transformer import TRANSFORMERS_MAX_LENGTH, generation_setting
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE, length_sorted_batches
+from ..trust import check_remote_code
 from .conversion_cache import cached_conversion, conversion_cache_dir, model_file_hashes, model_folder
 from .ctranslate2_cuda import cublas_12_problem, library_error
 
@@ -179,8 +180,10 @@ def to_ctranslate2(
     max_positions: int = 1024,
     overwrite: bool = False,
     choose: str = "OUTPUT_DIR",
+    trust_remote_code: bool = False,
 ) -> Path:
-    """Convert a saved model folder (or Hub id) and its tokenizer into a CTranslate2 model folder.
+    """Convert a saved model folder (or Hub id) and its tokenizer into a CTranslate2 model folder (one that asks to
+    run code of its own is refused unless `trust_remote_code`: `trust.check_remote_code`).
 
     The folder also gets the tokenizer's files and the model's decoding settings, so `CTranslate2Translator`
     needs nothing else. `quantization` is CTranslate2's weight type (int8 for fast CPU serving); default: float32.
@@ -198,7 +201,7 @@ def to_ctranslate2(
             f"{output} is not empty; choose another folder or pass overwrite=True (--overwrite)."
         )
     check_max_positions(max_positions)
-    model, tokenizer = load_for_decoding(model_dir, device="cpu")
+    model, tokenizer = load_for_decoding(model_dir, device="cpu", trust_remote_code=trust_remote_code)
     spec = ctranslate2_spec(model, tokenizer, max_positions)
     spec.validate()
     spec.optimize(quantization=quantization)
@@ -253,6 +256,7 @@ def cached_export(
     cache_dir: str | Path | None = None,
     max_positions: int = 1024,
     verify_cache: bool = False,
+    trust_remote_code: bool = False,
 ) -> Path:
     """The CTranslate2 export of `model` (folder or Hub id), converted on the first call and reused after.
 
@@ -261,7 +265,7 @@ def cached_export(
     converted anew (`cached_conversion`; `verify_cache`: every file's content checked, not only the small
     ones'). Returns the export's folder.
     """
-    folder = model_folder(model)
+    folder = model_folder(model, trust_remote_code)
     return cached_conversion(
         export_record(folder, quantization, max_positions),
         lambda staging: to_ctranslate2(
@@ -270,6 +274,7 @@ def cached_export(
             quantization=quantization,
             max_positions=max_positions,
             choose="--ctranslate2_cache",
+            trust_remote_code=trust_remote_code,
         ),
         ["model.bin"],
         Path(cache_dir) if cache_dir is not None else default_cache_dir(),
@@ -293,15 +298,25 @@ class CTranslate2Translator:
     On a CPU each batch is decoded by one thread and as many batches as there are cores run at once
     (`intra_threads=1`, `inter_threads=cores`; pass them to change it): on 2 cores twice the speed of two threads
     per batch, since a batch of a small model keeps one core busy with little left to share.
+
+    A folder whose tokenizer asks to run code of its own is refused unless `trust_remote_code`
+    (`trust.check_remote_code`).
     """
 
     def __init__(
-        self, folder: str | Path, *, device: str = "cpu", compute_type: str = "default", **options: Any
+        self,
+        folder: str | Path,
+        *,
+        device: str = "cpu",
+        compute_type: str = "default",
+        trust_remote_code: bool = False,
+        **options: Any,
     ):
         ctranslate2 = _ctranslate2()
         if device == "cuda" and (problem := cublas_12_problem(device)):  # opens the pip wheel's cuBLAS 12
             raise ValueError(problem)
         folder = Path(folder)
+        check_remote_code(folder, trust_remote_code)
         if device == "cpu":
             options = {"intra_threads": 1, "inter_threads": cpu_count(), **options}
         self.decoding = read_json(folder / DECODING_FILE, EXPORT_AGAIN)
@@ -320,7 +335,7 @@ class CTranslate2Translator:
         # CTranslate2 sets the process's OpenMP thread count to its intra_threads, which PyTorch shares: without
         # this, PyTorch would compute on one thread from here on. Its own workers keep their setting.
         torch.set_num_threads(torch_threads)
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
         if device == "cuda":
             self._open_gpu_libraries()
 

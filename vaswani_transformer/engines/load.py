@@ -32,14 +32,19 @@ def load_engine(model: str | Path, options: EngineOptions | None = None) -> Engi
     if options.engine == "ctranslate2":
         return _load_ctranslate2(model, options)
     if options.engine == "onnxruntime":
-        folder = cached_onnx_export(model, options.onnx_cache, options.verify_cache)
-        return OnnxRuntimeEngine(*load_onnx_model(folder))
+        trust = options.trust_remote_code
+        folder = cached_onnx_export(model, options.onnx_cache, options.verify_cache, trust_remote_code=trust)
+        return OnnxRuntimeEngine(*load_onnx_model(folder, trust_remote_code=trust))
     device = torch_device(options.device)
     explicit = DTYPES.get(options.dtype)
     if options.quantize == "int8":
-        loaded, tokenizer = load_for_decoding(model, device="cpu", dtype=torch.float32)
+        loaded, tokenizer = load_for_decoding(
+            model, device="cpu", dtype=torch.float32, trust_remote_code=options.trust_remote_code
+        )
         return TorchEngine(quantize_int8(loaded), tokenizer, explicit)
-    loaded, tokenizer = load_for_decoding(model, device=device, dtype=explicit)
+    loaded, tokenizer = load_for_decoding(
+        model, device=device, dtype=explicit, trust_remote_code=options.trust_remote_code
+    )
     return TorchEngine(loaded, tokenizer, explicit, options.cuda_graphs)
 
 
@@ -51,7 +56,14 @@ def _load_ctranslate2(model: str | Path, options: EngineOptions) -> CTranslate2E
         quantization=quantization,
         cache_dir=options.ctranslate2_cache,
         verify_cache=options.verify_cache,
+        trust_remote_code=options.trust_remote_code,
     )
     compute_type = ctranslate2_compute_type(options.quantize, options.dtype, device)
-    translator = CTranslate2Translator(folder, device=device, device_index=index, compute_type=compute_type)
+    translator = CTranslate2Translator(
+        folder,
+        device=device,
+        device_index=index,
+        compute_type=compute_type,
+        trust_remote_code=options.trust_remote_code,
+    )
     return CTranslate2Engine(translator, options.quantize)

@@ -245,7 +245,12 @@ def export_graphs(model: PreTrainedModel, folder: Path) -> None:
 
 
 def to_onnx(
-    model_dir: str | Path, output_dir: str | Path, *, overwrite: bool = False, choose: str = "OUTPUT_DIR"
+    model_dir: str | Path,
+    output_dir: str | Path,
+    *,
+    overwrite: bool = False,
+    choose: str = "OUTPUT_DIR",
+    trust_remote_code: bool = False,
 ) -> Path:
     """Export a saved model folder (or Hub id) to ONNX graphs, with its tokenizer, config and generation config,
     so `onnx_runtime.load_onnx_model(output_dir)` needs nothing else. All or nothing
@@ -259,7 +264,9 @@ def to_onnx(
         raise FileExistsError(
             f"{output} is not empty; choose another folder or pass overwrite=True (--overwrite)."
         )
-    model, tokenizer = load_for_decoding(model_dir, device="cpu", dtype=torch.float32)
+    model, tokenizer = load_for_decoding(
+        model_dir, device="cpu", dtype=torch.float32, trust_remote_code=trust_remote_code
+    )
     with folder_written_whole(output, choose) as folder:
         _write_export(model, tokenizer, folder)
     return output
@@ -288,16 +295,23 @@ def onnx_export_record(folder: Path) -> dict[str, Any]:
 
 
 def cached_onnx_export(
-    model: str | Path, cache_dir: str | Path | None = None, verify_cache: bool = False
+    model: str | Path,
+    cache_dir: str | Path | None = None,
+    verify_cache: bool = False,
+    *,
+    trust_remote_code: bool = False,
 ) -> Path:
     """The ONNX export of `model` (folder or Hub id), exported on the first call and reused after, in a folder
     of `cache_dir` (default `default_cache_dir()`) named by a hash of `onnx_export_record`; a damaged one is
     exported anew (`conversion_cache.cached_conversion`; `verify_cache`: every file's content checked, not only
-    the small ones')."""
-    folder = model_folder(model)
+    the small ones'); a model that asks to run code of its own is refused unless `trust_remote_code`)."""
+    folder = model_folder(model, trust_remote_code)
 
     def convert(staging: Path) -> None:
-        _write_export(*load_for_decoding(folder, device="cpu", dtype=torch.float32), staging)
+        loaded = load_for_decoding(
+            folder, device="cpu", dtype=torch.float32, trust_remote_code=trust_remote_code
+        )
+        _write_export(*loaded, staging)
 
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     return cached_conversion(onnx_export_record(folder), convert, GRAPHS, root, "--onnx_cache", verify_cache)

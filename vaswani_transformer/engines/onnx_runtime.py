@@ -21,6 +21,7 @@ from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPa
 
 from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
 from ..modeling.modeling_vaswani_transformer import CACHE_NAME, VaswaniTransformerForConditionalGeneration
+from ..trust import check_remote_code
 from .onnx_export import GRAPHS, ONNX_EXTRA, key_value_names
 
 
@@ -156,11 +157,13 @@ class OnnxDecoder(nn.Module):
 
 
 def load_onnx_model(
-    folder: str | Path, *, threads: int | None = None
+    folder: str | Path, *, threads: int | None = None, trust_remote_code: bool = False
 ) -> tuple[VaswaniTransformerForConditionalGeneration, PreTrainedTokenizerBase]:
     """The model of an ONNX export folder (`onnx_export.to_onnx`) for `generate()`, and its tokenizer.
-    `threads`: ONNX Runtime's threads per graph (default: its own choice, one per core)."""
+    `threads`: ONNX Runtime's threads per graph (default: its own choice, one per core). A tokenizer that asks to
+    run code of its own is refused unless `trust_remote_code` (`trust.check_remote_code`)."""
     folder = Path(folder)
+    check_remote_code(folder, trust_remote_code)
     missing = [graph for graph in GRAPHS if not (folder / graph).is_file()]
     if missing:
         raise FileNotFoundError(
@@ -178,4 +181,4 @@ def load_onnx_model(
     )
     model.lm_head = nn.Identity()
     model.generation_config = GenerationConfig.from_pretrained(folder)
-    return model.eval(), AutoTokenizer.from_pretrained(folder)
+    return model.eval(), AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)

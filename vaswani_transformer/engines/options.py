@@ -22,7 +22,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 @dataclass(frozen=True)
 class EngineOptions:
     """How to decode: the commands' --engine, --quantize, --dtype, --device, --cuda_graphs, --ctranslate2_cache,
-    --onnx_cache and --verify_cache."""
+    --onnx_cache, --verify_cache and --trust_remote_code (`trust.check_remote_code`)."""
 
     engine: str = "torch"
     quantize: str = "none"
@@ -32,6 +32,7 @@ class EngineOptions:
     ctranslate2_cache: Path | None = None
     onnx_cache: Path | None = None
     verify_cache: bool = False
+    trust_remote_code: bool = False
 
 
 def check_engine_options(options: EngineOptions) -> None:

@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..files import is_local_path, read_json
+from ..trust import check_remote_code, load_failure
 from .verification import SAVE_AGAIN, verify_model_folder, weight_files, weight_shapes
 
 
@@ -64,25 +65,31 @@ def check_saved_files(folder: Path) -> None:
 
 
 def load_for_decoding(
-    model_dir: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None
+    model_dir: str | Path,
+    *,
+    device: str | None = None,
+    dtype: torch.dtype | None = None,
+    trust_remote_code: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A saved model (folder or Hub id) and its tokenizer, loaded the way a user loads them, in eval mode.
 
     By default the model goes to the GPU when there is one, in `decoding_dtype` (bfloat16 there, else float32).
-    A local folder's files are checked first (`check_saved_files`); weights that do not fit the configuration
+    A folder that asks to run code of its own is refused unless `trust_remote_code` (`trust.check_remote_code`);
+    a local folder's files are checked first (`check_saved_files`); weights that do not fit the configuration
     (an edited config.json) are a ValueError naming both files.
     """
     name = check_model_name(model_dir)
+    check_remote_code(name, trust_remote_code)
     if Path(name).is_dir():
         check_saved_files(Path(name))
         verify_model_folder(Path(name))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=dtype or decoding_dtype(device))
-    except (
-        OSError
-    ) as error:  # a Hub id not found, not reachable or not cached offline: transformers' text names none
-        raise OSError(f"{name}: cannot load this model ({error})") from None
+        model = AutoModelForSeq2SeqLM.from_pretrained(
+            name, dtype=dtype or decoding_dtype(device), trust_remote_code=trust_remote_code
+        )
+    except OSError as error:  # a Hub id not found, not reachable or not cached offline
+        raise load_failure(name, error) from None
     except RuntimeError as error:
         if "mismatched_sizes" not in str(error):
             raise
@@ -90,7 +97,7 @@ def load_for_decoding(
             f"{name}: the weights in model.safetensors do not have the shapes config.json describes (was "
             f"config.json edited?): {SAVE_AGAIN}."
         ) from None
-    tokenizer = AutoTokenizer.from_pretrained(name)
+    tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
     check_vocabulary(model, tokenizer, name)
     return model.to(device).eval(), tokenizer
 
