@@ -1063,58 +1063,63 @@ def claim_held(output: Callable[[Workspace], Path | str]) -> Callable[[Workspace
     return setup
 
 
-IN_USE = "is being written by another process (PID"
 # Issue 58: writers of the same output exclude each other; the claim is taken before the long work
 WRITERS_CASES: dict[str, Case] = {
     "evaluate --name while another evaluation of that name runs": Case(
         "evaluate",
         evaluate_with("--name", "x"),
-        IN_USE,
+        "is being written by another process (PID",
         setup=claim_held(lambda ws: Path(ws.model) / "x_scores.json"),
     ),
     "evaluate --overwrite while another evaluation runs": Case(
         "evaluate",
         evaluate_with("--overwrite"),
-        IN_USE,
+        "is being written by another process (PID",
         setup=claim_held(lambda ws: Path(ws.model) / "scores.json"),
     ),
     "export while another export into the folder runs": Case(
-        "export", lambda ws: [ws.model, ws.new], IN_USE, setup=claim_held(lambda ws: ws.new)
+        "export",
+        lambda ws: [ws.model, ws.new],
+        "is being written by another process (PID",
+        setup=claim_held(lambda ws: ws.new),
     ),
     "export --overwrite while another export into the folder runs": Case(
         "export",
         lambda ws: [ws.model, ws.new, "--overwrite"],
-        IN_USE,
+        "is being written by another process (PID",
         setup=lambda ws: (
             ws.write("new/model.bin", b"the other export's"),
             claim_held(lambda ws: ws.new)(ws),
         ),
     ),
     "export-onnx while another export into the folder runs": Case(
-        "export-onnx", lambda ws: [ws.model, ws.new], IN_USE, setup=claim_held(lambda ws: ws.new)
+        "export-onnx",
+        lambda ws: [ws.model, ws.new],
+        "is being written by another process (PID",
+        setup=claim_held(lambda ws: ws.new),
     ),
     "average while another average into the folder runs": Case(
         "average",
         lambda ws: [ws.run, "--last", "1", "--output", ws.new],
-        IN_USE,
+        "is being written by another process (PID",
         setup=claim_held(lambda ws: ws.new),
     ),
     "average into the default folder while another average runs": Case(
         "average",
         lambda ws: [ws.run, "--last", "1"],
-        IN_USE,
+        "is being written by another process (PID",
         setup=claim_held(lambda ws: Path(ws.run) / "averaged"),
     ),
     "convert while another conversion into the folder runs": Case(
         "convert",
         convert_fsmt_to(lambda ws: ws.new),
-        IN_USE,
+        "is being written by another process (PID",
         setup=lambda ws: (fsmt_in_workspace()(ws), claim_held(lambda ws: ws.new)(ws)),
     ),
     "push --local_dir while another push writes the folder": Case(
         "push",
         lambda ws: [ws.model, "--repo_id", "tester/x", "--local_dir", ws.new],
-        IN_USE,
+        "is being written by another process (PID",
         setup=claim_held(lambda ws: ws.new),
     ),
     "push --local_dir in a read-only folder": Case(

@@ -91,6 +91,7 @@ def run(trained_run, tmp_path: Path) -> Path:
 
 def scored_set(tmp_path: Path) -> list[str]:
     """--source and --references of a small test set."""
+    (tmp_path / "corpus").mkdir(exist_ok=True)
     corpus = tatoeba_files(tmp_path / "corpus", 30)
     return ["--source", corpus["test_source"], "--references", corpus["test_target"]]
 
