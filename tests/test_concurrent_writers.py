@@ -25,24 +25,29 @@ from vaswani_transformer.claims import OutputInUse, claim_path, claimed_output
 from vaswani_transformer.cli import average, convert, evaluate, export, export_onnx, push
 from vaswani_transformer.files import partial_path
 
-# A claim held by a process of its own until its standard input closes; it writes `result` into the output first.
+# A claim held by a process of its own until its standard input closes; a folder's holder first writes its result
+# into it (a named result's, whose file is written at its end, does not).
 HOLDER = """
 import sys
 from pathlib import Path
 from vaswani_transformer.claims import claimed_output
 output = Path(sys.argv[1])
 with claimed_output(output, "OUTPUT"):
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "result.txt").write_text("the first writer's")
+    if sys.argv[2] == "folder":
+        output.mkdir(parents=True, exist_ok=True)
+        (output / "result.txt").write_text("the first writer's")
     print("held", flush=True)
     sys.stdin.read()
 """
 
 
 @contextmanager
-def claim_held_by_another_process(output: Path) -> Iterator[subprocess.Popen]:
+def claim_held_by_another_process(output: Path, kind: str = "folder") -> Iterator[subprocess.Popen]:
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(output)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLDER, str(output), kind],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
@@ -134,11 +139,12 @@ def test_a_second_writer_stops_naming_the_first_and_leaves_its_result_whole(
 
 def test_a_second_evaluation_of_a_name_stops_before_decoding(model: Path, tmp_path: Path, capsys) -> None:
     scores = model / "conc_scores.json"
-    with claim_held_by_another_process(scores) as first:
+    with claim_held_by_another_process(scores, "file") as first:
         assert evaluate.main([str(model), *scored_set(tmp_path), "--name", "conc", "--num_beams", "1"]) == 2
     error = capsys.readouterr().err
     assert f"{scores} is being written by another process (PID {first.pid} on " in error
     assert error.rstrip().endswith("wait for it to finish, or choose another --name.")
+    assert not scores.exists() and not claim_path(scores).exists()
 
 
 def command(module: str, *arguments: str | Path) -> subprocess.Popen:
