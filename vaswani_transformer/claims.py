@@ -32,10 +32,10 @@ def claim_path(final: Path) -> Path:
 def claimed_output(final: str | Path, choose: str, *, other: str | None = None) -> Iterator[None]:
     """Hold `final` (a folder or file to be written) for this process while the block runs: OutputInUse, naming
     the holder and `other` (the flag that picks another output; default `choose`), when another process holds
-    it. Folders made for the lock that hold nothing when the block ends
-    are removed; leftovers of writers of `final` that died on this host (`files.remove_stale_partials`) are
-    removed once the claim is held. A folder where no lock can be made (read-only, full) is a WriteError naming
-    `final` and `choose`, the flag that picks another place."""
+    it. Folders made for the lock that hold nothing when the block ends are removed; leftovers of writers of
+    `final` that died on this host (`files.remove_stale_partials`) are removed once the claim is held. A folder
+    where no lock can be made (read-only, full) is a WriteError naming `final` and `choose`, the flag that picks
+    another place."""
     final = Path(final)
     made = [folder for folder in (final.parent, *final.parent.parents) if not folder.exists()]
     lock = claim_path(final)

@@ -216,6 +216,7 @@ def convert_fsmt(model: str | Path, out: str | Path, *, overwrite: bool = False,
 
 
 def _convert_fsmt_into(name: str | Path, out: Path, choose: str) -> None:
+    """The FSMT model `name` converted and written into `out` whole (its claim already held)."""
     converted, tokenizer = converted_model(str(name))
     with folder_written_whole(out, choose) as folder:
         converted.save_pretrained(folder)
