@@ -28,6 +28,7 @@ from tests.conftest import TINY, tatoeba_files
 from tests.convert.conftest import save_small_fsmt, small_vocabulary
 from tests.convert.fairseq_fixture import HOLDABLE_SIZES, make_fairseq_checkpoint
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from vaswani_transformer.claims import claimed_output
 from vaswani_transformer.cli import (
     average,
     convert,
@@ -1478,6 +1479,87 @@ TRUST_CASES: dict[str, Case] = {
     ),
 }
 CASES |= TRUST_CASES
+
+
+def claim_held(output: Callable[[Workspace], Path | str]) -> Callable[[Workspace], None]:
+    """Another writer holds the claim on `output` (`claims.claimed_output`), as a second process running the same
+    command would, until the workspace goes."""
+
+    def setup(ws: Workspace) -> None:
+        claim = claimed_output(Path(output(ws)), "OUTPUT")
+        claim.__enter__()
+        weakref.finalize(ws, claim.__exit__, None, None, None)
+
+    return setup
+
+
+# Issue 58: writers of the same output exclude each other; the claim is taken before the long work
+WRITERS_CASES: dict[str, Case] = {
+    "evaluate --name while another evaluation of that name runs": Case(
+        "evaluate",
+        evaluate_with("--name", "x"),
+        "is being written by another process (PID",
+        setup=claim_held(lambda ws: Path(ws.model) / "x_scores.json"),
+    ),
+    "evaluate --overwrite while another evaluation runs": Case(
+        "evaluate",
+        evaluate_with("--overwrite"),
+        "is being written by another process (PID",
+        setup=claim_held(lambda ws: Path(ws.model) / "scores.json"),
+    ),
+    "export while another export into the folder runs": Case(
+        "export",
+        lambda ws: [ws.model, ws.new],
+        "is being written by another process (PID",
+        setup=claim_held(lambda ws: ws.new),
+    ),
+    "export --overwrite while another export into the folder runs": Case(
+        "export",
+        lambda ws: [ws.model, ws.new, "--overwrite"],
+        "is being written by another process (PID",
+        setup=lambda ws: (
+            ws.write("new/model.bin", b"the other export's"),
+            claim_held(lambda ws: ws.new)(ws),
+        ),
+    ),
+    "export-onnx while another export into the folder runs": Case(
+        "export-onnx",
+        lambda ws: [ws.model, ws.new],
+        "is being written by another process (PID",
+        setup=claim_held(lambda ws: ws.new),
+    ),
+    "average while another average into the folder runs": Case(
+        "average",
+        lambda ws: [ws.run, "--last", "1", "--output", ws.new],
+        "is being written by another process (PID",
+        setup=claim_held(lambda ws: ws.new),
+    ),
+    "average into the default folder while another average runs": Case(
+        "average",
+        lambda ws: [ws.run, "--last", "1"],
+        "is being written by another process (PID",
+        setup=claim_held(lambda ws: Path(ws.run) / "averaged"),
+    ),
+    "convert while another conversion into the folder runs": Case(
+        "convert",
+        convert_fsmt_to(lambda ws: ws.new),
+        "is being written by another process (PID",
+        setup=lambda ws: (fsmt_in_workspace()(ws), claim_held(lambda ws: ws.new)(ws)),
+    ),
+    "push --local_dir while another push writes the folder": Case(
+        "push",
+        lambda ws: [ws.model, "--repo_id", "tester/x", "--local_dir", ws.new],
+        "is being written by another process (PID",
+        setup=claim_held(lambda ws: ws.new),
+    ),
+    "push --local_dir in a read-only folder": Case(
+        "push",
+        lambda ws: [ws.model, "--repo_id", "tester/x", "--local_dir", str(ws.root / "locked" / "hub")],
+        refused_write(lambda ws: ws.root / "locked" / "hub"),
+        setup=lambda ws: read_only(ws, "locked"),
+    ),
+}
+CASES |= WRITERS_CASES
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -2,15 +2,24 @@
 training flags): a missing local name is an error naming it, never a Hub request. Folders are written whole or not
 at all (`folder_written_whole`), and a write the machine refuses is said with its path and the fix."""
 
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from vaswani_transformer import files
 from vaswani_transformer.data import load_parallel
 from vaswani_transformer.evaluation import check_model_name
-from vaswani_transformer.files import check_apart, check_input_file, folder_written_whole, is_local_path
+from vaswani_transformer.files import (
+    check_apart,
+    check_input_file,
+    folder_written_whole,
+    is_local_path,
+    partial_path,
+)
 
 
 @pytest.mark.parametrize(
@@ -157,3 +166,35 @@ except WriteError as error:
     assert done.stdout.startswith(f"file size limit exceeded while writing {tmp_path / 'export'} (")
     assert done.stdout.rstrip().endswith("MB free there): free space or choose another --output"), done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two renames"])
+def test_a_folder_written_over_is_replaced_as_a_whole(
+    exchange: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 58: files replaced one by one let a reader (or a second writer) meet a folder half old, half new. Now
+    the new folder, with the files the writer did not write linked in, takes the earlier one's place at once: a
+    new folder (another inode) holds all; with no renameat2, the earlier folder is moved aside and back on failure."""
+    if not exchange:
+        monkeypatch.setattr(files.ctypes, "CDLL", lambda *args, **kwargs: object())
+    final = tmp_path / "export"
+    (final / "sub").mkdir(parents=True)
+    (final / "notes.txt").write_text("the user's")
+    (final / "model.bin").write_text("old")
+    earlier = final.stat().st_ino
+    with folder_written_whole(final, "--output") as temporary:
+        (temporary / "model.bin").write_text("new")
+    assert final.stat().st_ino != earlier
+    assert {path.name: path.read_text() for path in final.iterdir() if path.is_file()} == {
+        "notes.txt": "the user's",
+        "model.bin": "new",
+    }
+    assert (final / "sub").is_dir() and [path.name for path in tmp_path.iterdir()] == ["export"]
+
+
+def test_partial_names_carry_the_host_and_the_pid(tmp_path: Path) -> None:
+    host, pid = socket.gethostname(), os.getpid()
+    assert partial_path(tmp_path / "out").name == f".out.partial-{host}-{pid}"
+    assert partial_path(tmp_path / "x_scores.json").name == f".x_scores.partial-{host}-{pid}.json"
+    match = files.PARTIAL_NAME.fullmatch(partial_path(tmp_path / "x_scores.json").name)
+    assert match is not None and (match["name"], match["host"], match["pid"]) == ("x_scores", host, str(pid))

@@ -268,3 +268,40 @@ except WriteError as error:
     )
     assert done.stdout.rstrip().endswith("free space or choose another --output_dir")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_translations_onto_a_full_disk_name_the_file_behind_standard_output(
+    trained_run, tmp_path: Path
+) -> None:
+    """The probe of issue 58: a raw "[Errno 28] No space left on device", and Python's own complaint at exit.
+    /dev/full refuses every write as a full disk does (ENOSPC)."""
+    sources = tmp_path / "input.en"
+    sources.write_text("I love you.\nWhere is the train station?\n", encoding="utf-8")
+    command = [sys.executable, "-m", "vaswani_transformer.cli.translate", str(trained_run.model_dir)]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [*command, str(sources), "--num_beams", "1"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=600,
+        )
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "Exception" not in done.stderr, (
+        done.stderr
+    )
+    (line,) = error_lines(done.stderr)
+    assert line.startswith("error: standard output: no space left on device while writing /dev/full (")
+    assert line.endswith("MB free there): free space or choose another file for standard output (> FILE)")
+
+
+def test_hub_files_past_the_size_limit_leave_no_local_dir(trained_run, tmp_path: Path) -> None:
+    """The probe of issue 58: vaswani-push --local_dir on a full disk gave a raw [Errno 28] naming a hidden
+    temporary. The weights (120 KB) exceed the 64 KB the kernel allows."""
+    local_dir = tmp_path / "hub"
+    arguments = [str(trained_run.model_dir), "--repo_id", "tester/x", "--local_dir", str(local_dir)]
+    done = run_command("push", arguments, tmp_path, file_limit=1 << 16)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = error_lines(done.stderr)
+    assert line.startswith(f"error: file size limit exceeded while writing {local_dir} (")
+    assert line.endswith("MB free there): free space or choose another --local_dir")
+    assert list(tmp_path.iterdir()) == []

@@ -272,7 +272,9 @@ def test_a_failed_local_dir_write_leaves_no_partial_folder(trained_run, tmp_path
         return copy(source, destination, *args, **kwargs)
 
     monkeypatch.setattr(hub.shutil, "copyfile", full_disk)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(
+        OSError, match=f"no space left on device while writing {tmp_path / 'hub'} .*--local_dir"
+    ):
         write_hub_folder(trained_run.model_dir, tmp_path / "hub", "tester/x")
     assert list(tmp_path.iterdir()) == []
     monkeypatch.undo()

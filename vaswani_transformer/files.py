@@ -6,6 +6,7 @@ A name that means a local file or folder but does not exist is an error naming i
 would fail later, offline or with a 404 about a repository the user never meant).
 """
 
+import ctypes
 import errno
 import hashlib
 import json
@@ -13,6 +14,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
@@ -81,6 +83,18 @@ def check_apart(
         )
 
 
+def check_new_or_empty(output: Path, overwrite: bool, what: str) -> None:
+    """An output folder that is new or empty, or whose files `overwrite` lets `what` replace (FileExistsError
+    naming it otherwise). Check it holding the folder's claim (`claims.claimed_output`): no other writer can then
+    fill it between this check and the writing."""
+    if output.exists() and not output.is_dir():
+        raise FileExistsError(f"{output} is a file; choose a folder for {what}.")
+    if output.is_dir() and any(output.iterdir()) and not overwrite:
+        raise FileExistsError(
+            f"{output} is not empty; choose another folder or pass overwrite=True (--overwrite)."
+        )
+
+
 def write_text_atomically(path: Path, text: str) -> None:
     """Write to a temporary name beside `path`, then rename: a failure leaves the earlier file whole."""
     temporary = path.with_name(f".{path.name}.tmp")
@@ -116,29 +130,82 @@ def describe_write_failure(error: OSError, path: Path, choose: str) -> str:
     return f"{reason} while writing {path} ({free_mb:,} MB free there): free space or choose another {choose}"
 
 
+def partial_path(final: Path, hidden: bool = True) -> Path:
+    """The temporary name a writer of `final` writes under: `.NAME.partial-HOST-PID` (a file keeps its suffix,
+    `.STEM.partial-HOST-PID.SUFFIX`, for writers that go by it), so that `remove_stale_partials` can tell the
+    leftovers of processes that died on this host from those of live writers."""
+    final = Path(final)
+    dot, (stem, suffix) = (
+        ("." if hidden else ""),
+        ((final.stem, final.suffix) if final.suffix else (final.name, "")),
+    )
+    return final.with_name(f"{dot}{stem}.partial-{socket.gethostname()}-{os.getpid()}{suffix}")
+
+
 @contextmanager
 def folder_written_whole(final: Path, choose: str) -> Iterator[Path]:
-    """A temporary sibling of `final` to write into, moved into place when the block ends: renamed to `final` when
-    there is none yet, else its files replace `final`'s of the same name one by one (files the writer does not
-    write stay). On any failure, an interrupt included, the temporary is removed and `final` is as it was; the
-    machine's refusal (`write_failures_named`, Rust-backed writers' included) becomes a WriteError naming `final`
-    and `choose` (the flag that picks another place)."""
-    temporary = final.with_name(f".{final.name}.partial-{os.getpid()}")
+    """A temporary sibling of `final` (`partial_path`) to write into, moved into place as a whole when the block
+    ends: renamed to `final` when there is none yet; else `final`'s files that the writer did not write are
+    linked into it (they stay) and the two folders are exchanged (`replace_folder`), so that no reader ever sees
+    a folder half replaced. On any failure, an interrupt included, the temporary is removed and `final` is as it
+    was; the machine's refusal (`write_failures_named`, Rust-backed writers' included) becomes a WriteError naming
+    `final` and `choose` (the flag that picks another place)."""
+    temporary = partial_path(final)
     shutil.rmtree(temporary, ignore_errors=True)
     try:
         with write_failures_named(final, choose):
             temporary.mkdir(parents=True)
             yield temporary
             if final.exists():
-                for written in sorted(temporary.rglob("*")):
-                    if written.is_file():
-                        target = final / written.relative_to(temporary)
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        os.replace(written, target)
+                _keep_unwritten(final, temporary)
+                replace_folder(temporary, final)
             else:
                 os.rename(temporary, final)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _keep_unwritten(final: Path, temporary: Path) -> None:
+    """Hard-link (or copy) into `temporary` what `final` holds and `temporary` does not: files a writer replaces
+    are those of the same name, the others stay."""
+    for path in sorted(final.rglob("*")):
+        target = temporary / path.relative_to(final)
+        if target.exists() or target.is_symlink() or not target.parent.is_dir():
+            continue
+        if path.is_symlink():
+            target.symlink_to(os.readlink(path))
+        elif path.is_dir():
+            target.mkdir()
+        else:
+            try:
+                os.link(path, target)
+            except OSError:  # a file system without hard links
+                shutil.copy2(path, target)
+
+
+_RENAME_EXCHANGE = 2  # renameat2's flag: swap two names atomically (Linux 3.15)
+_AT_FDCWD = -100
+
+
+def replace_folder(new: Path, final: Path) -> None:
+    """Put the folder `new` in place of the folder `final` at once (renameat2's RENAME_EXCHANGE, after which
+    `new` holds the earlier folder, removed here); where the system cannot exchange names, `final` is moved
+    aside and `new` renamed in, the earlier folder put back should that fail."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is not None:
+        if renameat2(_AT_FDCWD, os.fsencode(new), _AT_FDCWD, os.fsencode(final), _RENAME_EXCHANGE) == 0:
+            shutil.rmtree(new, ignore_errors=True)
+            return
+        if (code := ctypes.get_errno()) not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(code, os.strerror(code), str(final))
+    aside = partial_path(final.with_name(f"{final.name}.replaced"))
+    os.rename(final, aside)
+    try:
+        os.rename(new, final)
+    except BaseException:
+        os.rename(aside, final)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def sha256_file(path: Path) -> str:
@@ -156,7 +223,10 @@ MANIFEST = "manifest.json"  # written last into a cache entry: each file's size 
 # Files up to this size are hashed at every reuse (a few tenths of a second at most); larger ones are checked by
 # size, and by content only when asked (`--verify_cache`).
 HASH_ALWAYS_BYTES = 64 << 20
-PARTIAL_NAME = re.compile(r"\.partial-(\d+)$")  # build_once's and folder_written_whole's temporary folders
+# `partial_path`'s names (HOST- is missing from those of older versions): NAME, HOST, PID and a file's SUFFIX
+PARTIAL_NAME = re.compile(
+    r"\.?(?P<name>.+)\.partial-(?:(?P<host>.+)-)?(?P<pid>\d+)(?P<suffix>\.[A-Za-z0-9]+)?"
+)
 
 logger = logging.getLogger(__name__)
 
@@ -226,16 +296,24 @@ def process_is_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_partials(folder: Path) -> None:
-    """Remove the temporary folders (`NAME.partial-PID`, `.NAME.partial-PID`) that processes no longer alive
-    left in `folder` (a kill -9, a power cut); those of live processes are being written and stay."""
+def remove_stale_partials(folder: Path, final_name: str | None = None) -> None:
+    """Remove what writers that are no longer alive left in `folder` under a temporary name (`partial_path`: a
+    kill -9, a power cut), only those of `final_name` if given; those of live processes, or of another host
+    (whose processes cannot be asked), are being written and stay."""
     if not folder.is_dir():
         return
     for path in folder.iterdir():
-        match = PARTIAL_NAME.search(path.name)
-        if match is not None and not process_is_alive(int(match.group(1))):
+        match = PARTIAL_NAME.fullmatch(path.name)
+        if match is None or match["host"] not in (None, socket.gethostname()):
+            continue
+        if final_name is not None and match["name"] + (match["suffix"] or "") != final_name:
+            continue
+        if not process_is_alive(int(match["pid"])):
             logger.info(f"removing {path}, left by a process that has ended")
-            shutil.rmtree(path, ignore_errors=True)
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def check_cache_folder(flag: str, cache: Path) -> None:
@@ -294,7 +372,7 @@ def file_written_whole(final: Path, choose: str) -> Iterator[Path]:
     to `final` when the block ends; on any failure, an interrupt included, the temporary is removed and `final`
     is as it was, and a machine's write failure becomes a WriteError naming `final` and `choose`."""
     final = Path(final)
-    temporary = final.with_name(f".{final.stem}.partial-{os.getpid()}{final.suffix}")
+    temporary = partial_path(final)
     try:
         with write_failures_named(final, choose):
             yield temporary

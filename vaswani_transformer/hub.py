@@ -8,7 +8,6 @@ folder and a pushed repo load alike, with or without this package installed.
 import json
 import shutil
 import tempfile
-import uuid
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -16,8 +15,10 @@ from typing import Any
 
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 
+from .claims import claimed_output
 from .engines.torch_engine import decoding_settings
 from .evaluation.loading import FSMT_TOKENIZER_FILES, load_for_decoding, tokenizer_files
+from .files import folder_written_whole
 from .modeling.pipeline_vaswani_transformer import translate
 from .modeling.remote_code_vaswani_transformer import ship_translation_pipeline, sibling_imports
 from .trust import check_remote_code
@@ -353,28 +354,27 @@ def _with_auto_model(config_file: Path) -> None:
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def write_hub_folder(model_dir: str | Path, local_dir: str | Path, repo_id: str) -> list[Path]:
+def write_hub_folder(
+    model_dir: str | Path, local_dir: str | Path, repo_id: str, choose: str = "--local_dir"
+) -> list[Path]:
     """Write into `local_dir` (new or empty) exactly the files `push_to_hub` uploads; returns them.
 
-    The files go to a temporary folder beside it, renamed to `local_dir` once complete: a failure (a full disk)
-    leaves no partial folder."""
-    source = check_model_folder(model_dir)
+    `local_dir` is claimed first (`claims.claimed_output`: a second writer stops, naming this one), and the files
+    go to a temporary folder beside it, renamed to `local_dir` once complete (`files.folder_written_whole`): a
+    failure leaves no partial folder, and a full disk or read-only folder is a WriteError naming `local_dir`, the
+    free space there and `choose`."""
     destination = Path(local_dir)
+    with claimed_output(destination, choose):
+        _write_hub_files(check_model_folder(model_dir), destination, repo_id, choose)
+    return sorted(destination.iterdir())
+
+
+def _write_hub_files(source: Path, destination: Path, repo_id: str, choose: str) -> None:
     if destination.exists() and any(destination.iterdir()):
         raise FileExistsError(f"{destination} is not empty: give a new or empty folder for the Hub files.")
     card = build_model_card(source, repo_id)  # before any file is written: fails on an unreadable folder
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = destination.parent / f".{destination.name}.{uuid.uuid4().hex}.partial"
-    staging.mkdir()  # a new folder's usual permissions (mkdtemp would make it 0700)
-    try:
+    with folder_written_whole(destination, choose) as staging:
         _fill_hub_folder(source, staging, card)
-        if destination.exists():
-            destination.rmdir()  # empty, checked above
-        staging.rename(destination)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return sorted(destination.iterdir())
 
 
 def _fill_hub_folder(source: Path, folder: Path, card: ModelCard) -> None:
@@ -403,7 +403,7 @@ def push_to_hub(
     """
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="vaswani-hub-") as staging:
-        write_hub_folder(model_dir, staging, repo_id)
+        _write_hub_files(check_model_folder(model_dir), Path(staging), repo_id, "TMPDIR")
         api.create_repo(repo_id, private=private, exist_ok=True)
         if revision is not None:
             api.create_branch(repo_id, branch=revision, exist_ok=True)

@@ -5,8 +5,12 @@ vaswani-average runs/wmt14-base --last 5 --output runs/wmt14-base/averaged
 The output folder may lie inside the run (the default does), never on its checkpoints or its vocabulary, nor in a
 model folder the training job wrote (its train_options.json would then describe other weights).
 
-Exit status: 0 when the averaged model is written, 2 for bad options, checkpoints that cannot be averaged, or an
---output that cannot be written (read-only, or full: the folder is left as it was).
+One writer at a time: a second vaswani-average into the same --output meanwhile exits 2 naming the first (its PID
+and host), before reading any checkpoint.
+
+Exit status: 0 when the averaged model is written, 2 for bad options, checkpoints that cannot be averaged, an
+--output another command is writing, or an --output that cannot be written (read-only, or full: the folder is left
+as it was).
 """
 
 import argparse

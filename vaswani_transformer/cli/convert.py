@@ -10,10 +10,12 @@ fine-tunes, exports and pushes as a trained one does (docs/published-models.md).
 refused before anything is written, naming what differs; so is a model whose files name code of their own (an
 `auto_map`): the conversion reads FSMT models with transformers' own classes and runs no folder's code.
 
-Written all or nothing: into a temporary sibling folder, moved into place at the end.
+Written all or nothing: into a temporary sibling folder, moved into place as a whole at the end.
+One writer at a time: a second command writing the same folder meanwhile exits 2 naming the first (its PID and host).
 
 Exit status: 0 when converted, 2 for a model this package cannot hold, an unreadable input, a refused output
-folder, or a write the machine refused (a full disk: nothing is left, the message names the path).
+folder (one another command is writing, too), or a write the machine refused (a full disk: nothing is left, the
+message names the path).
 """
 
 import argparse

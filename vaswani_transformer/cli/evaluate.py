@@ -25,8 +25,9 @@ WMT14 newstest2014 (cased, compound-split tokenised BLEU as in the paper):
         --references ../shared/data/wmt14-newstest/newstest2014.sacrebleu.de --split-compounds
 
 Exit status: 0 when scored, 2 for bad options or input, a missing model, scores it would replace without
---overwrite, or a model folder that cannot take the files (read-only, or full; nothing is decoded then), or one
-that filled up while decoding (the earlier files stay as they were).
+--overwrite, another evaluation of the same --name running (named by its PID and host; nothing is decoded then),
+or a model folder that cannot take the files (read-only, or full; nothing is decoded then), or one that filled
+up while decoding (the earlier files stay as they were).
 """
 
 import argparse

@@ -8,10 +8,11 @@ in C++ (pip install 'vaswani_transformer[ctranslate2]'). Translate with
 model's decoding settings from FOLDER. Training, evaluation and the reported BLEU stay with the PyTorch model:
 CTranslate2's length penalty is |Y|^α, not the paper's GNMT form, so beam search can differ on close calls.
 
-Written all or nothing: into a temporary sibling folder, moved into place at the end.
+Written all or nothing: into a temporary sibling folder, moved into place as a whole at the end.
+One writer at a time: a second command writing the same folder meanwhile exits 2 naming the first (its PID and host).
 
-Exit status: 0 when exported, 2 for a refused output folder, a model that cannot be exported, or a write the
-machine refused (a full disk: nothing is left, the message names the path).
+Exit status: 0 when exported, 2 for a refused output folder (one another command is writing, too), a model that
+cannot be exported, or a write the machine refused (a full disk: nothing is left, the message names the path).
 """
 
 import argparse

@@ -8,10 +8,11 @@ the graphs with the package's beam search), or let `vaswani-translate MODEL --en
 it for you. Graph inputs and outputs are described in vaswani_transformer/onnx_export.py
 (pip install 'vaswani_transformer[onnx]').
 
-Written all or nothing: into a temporary sibling folder, moved into place at the end.
+Written all or nothing: into a temporary sibling folder, moved into place as a whole at the end.
+One writer at a time: a second command writing the same folder meanwhile exits 2 naming the first (its PID and host).
 
-Exit status: 0 when exported, 2 for a refused output folder, a model that cannot be exported, or a write the
-machine refused (a full disk: nothing is left, the message names the path).
+Exit status: 0 when exported, 2 for a refused output folder (one another command is writing, too), a model that
+cannot be exported, or a write the machine refused (a full disk: nothing is left, the message names the path).
 """
 
 import argparse

@@ -13,7 +13,8 @@ package's code, and runs no folder's code.
     vaswani-push runs/tatoeba-en-de/final --repo_id you/tatoeba-en-de --local_dir hub/tatoeba-en-de
 
 Exit status: 0 when pushed (or the --local_dir folder is written), 2 for bad options, an incomplete model
-folder, an occupied --local_dir or a failed push.
+folder, an occupied --local_dir (or one another command is writing), a --local_dir the machine refuses (read-only,
+or full: nothing is left, the message names the folder and the free space there) or a failed push.
 """
 
 import argparse

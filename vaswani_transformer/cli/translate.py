@@ -20,9 +20,11 @@ Exit status: 0 when every line is translated, 2 for bad options or input, a miss
 would not fit in memory (found before it decodes). Files are checked whole before the model loads; standard input
 only as it is read, so a line of it that is not UTF-8 (or a later buffer that would not fit in memory) ends the
 command with 2 after the earlier buffers' translations were written: the message says how many lines those are.
+So does a file behind standard output that fills up (a full disk): the message names it and the free space there.
 """
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import closing
@@ -32,7 +34,7 @@ from ..data.corpora import split_lines, stream_text_lines
 from ..engines.load import load_engine
 from ..engines.options import EngineOptions
 from ..evaluation.streaming import BUFFER_BATCHES, default_buffer_lines, translate_in_buffers
-from ..files import check_input_file
+from ..files import WriteError, check_input_file, describe_write_failure, machine_write_failure
 from .command import command, parse_intermixed_args
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
@@ -82,9 +84,32 @@ def input_lines(files: Sequence[Path]) -> Iterator[str]:
 
 
 def write_lines(lines: Sequence[str]) -> None:
-    """Lines on standard output, flushed: a pipe's reader gets a buffer's translations now, not when 8 KiB gather."""
-    sys.stdout.write("".join(f"{line}\n" for line in lines))
-    sys.stdout.flush()
+    """Lines on standard output, flushed: a pipe's reader gets a buffer's translations now, not when 8 KiB gather.
+    A write the machine refuses (a full disk, a size limit) is a WriteError naming the file standard output goes
+    to, the free space there and the fix; standard output then points at /dev/null, so that nothing is tried
+    again at exit."""
+    try:
+        sys.stdout.write("".join(f"{line}\n" for line in lines))
+        sys.stdout.flush()
+    except OSError as error:
+        failure = machine_write_failure(error)
+        if failure is None:  # a reader that went away (BrokenPipeError): `command` ends quietly
+            raise
+        target = standard_output_file()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise WriteError(
+            f"standard output: {describe_write_failure(failure, target, 'file for standard output (> FILE)')}"
+        ) from None
+
+
+def standard_output_file() -> Path:
+    """The file standard output writes to, where the system says (/proc/self/fd), else /dev/stdout."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}"))
+    except (OSError, ValueError):  # no /proc, or a stream without a descriptor
+        return Path("/dev/stdout")
 
 
 def written_before(count: int) -> str:
@@ -122,7 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 written += len(translations)
     except BrokenPipeError:  # the reader went away: `command` ends quietly
         raise
-    except (OSError, ValueError) as error:  # input that is not UTF-8, a batch that would not fit in memory
+    except (
+        OSError,
+        ValueError,
+    ) as error:  # input not UTF-8, a batch too big for memory, a full disk (WriteError)
         print(f"error: {error}{written_before(written)}", file=sys.stderr)
         return 2
     return 0

@@ -21,9 +21,10 @@ from typing import Any
 import torch
 from transformers import AutoConfig, FSMTForConditionalGeneration, FSMTTokenizer, GenerationConfig
 
+from ..claims import claimed_output
 from ..evaluation.loading import check_model_name
 from ..evaluation.verification import check_finite, check_merges, merges_in, weight_files, weight_shapes
-from ..files import check_apart, check_writable, folder_written_whole, is_local_path
+from ..files import check_apart, check_new_or_empty, check_writable, folder_written_whole, is_local_path
 from ..modeling.configuration_vaswani_transformer import ACTIVATIONS, VaswaniTransformerConfig
 from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from ..trust import check_remote_code, offline_problem
@@ -39,13 +40,9 @@ RENAMED = (re.compile(r"\.(fc[12])\."), r".feed_forward.\1.")
 
 def check_outputs(out: Path, overwrite: bool, choose: str) -> None:
     """OUT is a folder that is new or empty, or `overwrite` allows its files to be replaced, and the machine lets
-    it be written (a WriteError naming `choose` otherwise), found before any conversion."""
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} is a file; choose a folder for the converted model.")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(
-            f"{out} is not empty; choose another folder or pass overwrite=True (--overwrite)."
-        )
+    it be written (a WriteError naming `choose` otherwise), found before any conversion; checked holding OUT's
+    claim (`claims.claimed_output`)."""
+    check_new_or_empty(out, overwrite, "the converted model")
     check_writable(out, choose)
 
 
@@ -225,19 +222,26 @@ def convert_fsmt(model: str | Path, out: str | Path, *, overwrite: bool = False,
     The folder holds this package's config and `model.safetensors`, FSMT's tokenizer files, FSMT's decoding
     defaults in generation_config.json (beam, |Y|^α length penalty, output limit, decoding from `</s>`) and the
     remote code every saved folder carries. What this model cannot hold is a ValueError before anything is
-    written, and so is a model whose files ask to run code of their own (`fsmt_config`); the folder is written
-    all or nothing (`files.folder_written_whole`; `choose` names the flag or argument that picks another folder
-    in a refused write). Returns `out`.
+    written, and so is a model whose files ask to run code of their own (`fsmt_config`); OUT is claimed first
+    (`claims.claimed_output`: a second writer stops, naming this one) and written all or nothing
+    (`files.folder_written_whole`; `choose` names the flag or argument that picks another folder in a refused
+    write). Returns `out`.
     """
     out = Path(out)
     name = check_model_name(model)
     check_apart(choose, out, {"the FSMT model folder": name if is_local_path(name) else None})
-    check_outputs(out, overwrite, choose)
-    converted, tokenizer = converted_model(name)
+    with claimed_output(out, choose):  # a second writer of OUT stops here, naming this one
+        check_outputs(out, overwrite, choose)
+        _convert_fsmt_into(name, out, choose)
+    return out
+
+
+def _convert_fsmt_into(name: str | Path, out: Path, choose: str) -> None:
+    """The FSMT model `name` converted and written into `out` whole (its claim already held)."""
+    converted, tokenizer = converted_model(str(name))
     with folder_written_whole(out, choose) as folder:
         converted.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-    return out
 
 
 def convert_fairseq(
@@ -252,11 +256,12 @@ def convert_fairseq(
 
     out = Path(out)
     check_apart(choose, out, {"the checkpoint folder": checkpoint_dir})
-    check_outputs(out, overwrite, choose)
-    with tempfile.TemporaryDirectory(prefix="vaswani-convert-") as staging:
+    with claimed_output(out, choose), tempfile.TemporaryDirectory(prefix="vaswani-convert-") as staging:
+        check_outputs(out, overwrite, choose)
         fsmt_folder = Path(staging) / "fsmt"
         write_fsmt_folder(Path(checkpoint_dir), fsmt_folder)
         try:
-            return convert_fsmt(fsmt_folder, out, overwrite=overwrite, choose=choose)
+            _convert_fsmt_into(fsmt_folder, out, choose)
         except ValueError as error:  # a refusal names the folder the user gave, not the temporary one
             raise ValueError(str(error).replace(str(fsmt_folder), str(checkpoint_dir))) from None
+    return out

@@ -13,7 +13,6 @@ interrupted preparation leaves nothing that looks complete, and a damaged entry 
 """
 
 import hashlib
-import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ from ..files import (
     describe_write_failure,
     discard_damaged_entry,
     manifest_problem,
+    partial_path,
     remove_stale_partials,
     write_manifest,
 )
@@ -142,7 +142,7 @@ def prepared_entry(
             if problem is None:  # another process built it while this one waited
                 return folder, True
             discard_damaged_entry(folder, problem, "--data_cache")
-        partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
+        partial = partial_path(folder, hidden=False)
         shutil.rmtree(partial, ignore_errors=True)
         try:
             build(partial)

@@ -23,8 +23,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..claims import claimed_output
 from ..evaluation.loading import load_for_decoding, tokenizer_files
-from ..files import folder_written_whole, read_json
+from ..files import check_new_or_empty, folder_written_whole, read_json
 from ..modeling.generation_vaswani_transformer import TRANSFORMERS_MAX_LENGTH, generation_setting
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE, length_sorted_batches
 from ..trust import check_remote_code
@@ -187,30 +188,29 @@ def to_ctranslate2(
 
     The folder also gets the tokenizer's files and the model's decoding settings, so `CTranslate2Translator`
     needs nothing else. `quantization` is CTranslate2's weight type (int8 for fast CPU serving); default: float32.
-    All or nothing (`files.folder_written_whole`): written into a temporary sibling and moved into place; on any
+    Claimed first (`claims.claimed_output`: a second writer of the folder stops, naming this one), then written
+    all or nothing (`files.folder_written_whole`): into a temporary sibling, moved into place as a whole; on any
     failure nothing is left, and a full disk or read-only folder is a WriteError naming the path and `choose`
     (the flag or argument that picks another folder).
     """
     output = Path(output_dir)
     if quantization is not None and quantization not in WEIGHT_TYPES:
         raise ValueError(f"quantization must be one of {WEIGHT_TYPES}, got {quantization!r}.")
-    if output.exists() and not output.is_dir():
-        raise FileExistsError(f"{output} is a file; choose a folder for the export.")
-    if output.exists() and any(output.iterdir()) and not overwrite:
-        raise FileExistsError(
-            f"{output} is not empty; choose another folder or pass overwrite=True (--overwrite)."
-        )
     check_max_positions(max_positions)
-    model, tokenizer = load_for_decoding(model_dir, device="cpu", trust_remote_code=trust_remote_code)
-    spec = ctranslate2_spec(model, tokenizer, max_positions)
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    with folder_written_whole(output, choose) as folder:
-        spec.save(str(folder))
-        tokenizer.save_pretrained(folder)
-        (folder / DECODING_FILE).write_text(
-            json.dumps(decoding_defaults(model), indent=2) + "\n", encoding="utf-8"
-        )
+    with claimed_output(
+        output, choose
+    ):  # before the folder is checked: no other writer gets past it meanwhile
+        check_new_or_empty(output, overwrite, "the export")
+        model, tokenizer = load_for_decoding(model_dir, device="cpu", trust_remote_code=trust_remote_code)
+        spec = ctranslate2_spec(model, tokenizer, max_positions)
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        with folder_written_whole(output, choose) as folder:
+            spec.save(str(folder))
+            tokenizer.save_pretrained(folder)
+            (folder / DECODING_FILE).write_text(
+                json.dumps(decoding_defaults(model), indent=2) + "\n", encoding="utf-8"
+            )
     return output
 
 

@@ -29,8 +29,9 @@ from torch import nn
 from torch.export import Dim
 from transformers import PreTrainedModel
 
+from ..claims import claimed_output
 from ..evaluation.loading import load_for_decoding
-from ..files import folder_written_whole
+from ..files import check_new_or_empty, folder_written_whole
 from ..modeling.generation_vaswani_transformer import queries_per_source, rows_per_beam
 from .conversion_cache import cached_conversion, conversion_cache_dir, model_file_hashes, model_folder
 
@@ -253,22 +254,21 @@ def to_onnx(
     trust_remote_code: bool = False,
 ) -> Path:
     """Export a saved model folder (or Hub id) to ONNX graphs, with its tokenizer, config and generation config,
-    so `onnx_runtime.load_onnx_model(output_dir)` needs nothing else. All or nothing
-    (`files.folder_written_whole`): written into a temporary sibling and moved into place (with `overwrite`, its
-    files replace those of the same name); on any failure nothing is left, and a full disk or read-only folder is
+    so `onnx_runtime.load_onnx_model(output_dir)` needs nothing else. Claimed first (`claims.claimed_output`: a
+    second writer of the folder stops, naming this one), then written all or nothing (`files.folder_written_whole`):
+    into a temporary sibling, moved into place as a whole (with `overwrite`, its files replace those of the same
+    name); on any failure nothing is left, and a full disk or read-only folder is
     a WriteError naming the path and `choose` (the flag or argument that picks another folder)."""
     output = Path(output_dir)
-    if output.exists() and not output.is_dir():
-        raise FileExistsError(f"{output} is a file; choose a folder for the export.")
-    if output.is_dir() and any(output.iterdir()) and not overwrite:
-        raise FileExistsError(
-            f"{output} is not empty; choose another folder or pass overwrite=True (--overwrite)."
+    with claimed_output(
+        output, choose
+    ):  # before the folder is checked: no other writer gets past it meanwhile
+        check_new_or_empty(output, overwrite, "the export")
+        model, tokenizer = load_for_decoding(
+            model_dir, device="cpu", dtype=torch.float32, trust_remote_code=trust_remote_code
         )
-    model, tokenizer = load_for_decoding(
-        model_dir, device="cpu", dtype=torch.float32, trust_remote_code=trust_remote_code
-    )
-    with folder_written_whole(output, choose) as folder:
-        _write_export(model, tokenizer, folder)
+        with folder_written_whole(output, choose) as folder:
+            _write_export(model, tokenizer, folder)
     return output
 
 

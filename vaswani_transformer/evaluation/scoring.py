@@ -13,8 +13,9 @@ from typing import Any, Protocol
 
 from transformers import PreTrainedTokenizerBase
 
+from ..claims import claimed_output
 from ..data.tokenization import lowercases
-from ..files import check_writable, file_written_whole
+from ..files import check_writable, file_written_whole, remove_stale_partials
 from .bleu import moses_tokenize, sacre_bleu, tokenized_bleu
 from .streaming import Translator, translate_in_buffers
 
@@ -197,19 +198,23 @@ def evaluate_model(
 
     With a `name`, the files are `{name}_hypotheses.txt` and `{name}_scores.json`, so that scores on another test
     set sit beside the training job's; earlier files are replaced only with `overwrite` (`scores_file`, checked
-    before decoding). `generate_overrides` change the model's decoding (num_beams, length_penalty).
+    before decoding, holding the scores file's claim: a second evaluation of the same name stops, naming this
+    one, `claims.claimed_output`). `generate_overrides` change the model's decoding (num_beams, length_penalty).
     """
-    scores_file(model_dir, name, overwrite=overwrite)
-    hypotheses, scores = translate_and_score(
-        engine,
-        sources,
-        references,
-        target_lang=target_lang,
-        references_tokenized=references_tokenized,
-        split_compounds=split_compounds,
-        batch_size=batch_size,
-        show_progress=show_progress,
-        **generate_overrides,
-    )
-    write_scores(Path(model_dir), hypotheses, scores, name=evaluation_prefix(name))
+    prefix = evaluation_prefix(name)
+    with claimed_output(Path(model_dir) / f"{prefix}scores.json", EVALUATION_PLACE, other="--name"):
+        scores_file(model_dir, name, overwrite=overwrite)
+        remove_stale_partials(Path(model_dir), f"{prefix}hypotheses.txt")
+        hypotheses, scores = translate_and_score(
+            engine,
+            sources,
+            references,
+            target_lang=target_lang,
+            references_tokenized=references_tokenized,
+            split_compounds=split_compounds,
+            batch_size=batch_size,
+            show_progress=show_progress,
+            **generate_overrides,
+        )
+        write_scores(Path(model_dir), hypotheses, scores, name=prefix)
     return scores

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..claims import claimed_output
 from ..files import folder_written_whole
 
 WEIGHTS_NAME = "model.safetensors"
@@ -229,7 +230,8 @@ def write_average(checkpoint_dirs: Sequence[Path], folder: Path) -> None:
 def average_checkpoints(checkpoint_dirs: Sequence[Path], output_dir: Path, choose: str = "--output") -> Path:
     """Average the checkpoints' weights into output_dir, with the last checkpoint's other model files: all
     written into a temporary sibling first (`files.folder_written_whole`), so that a failure (a full disk, a
-    read-only folder, an interrupt) leaves output_dir as it was; `choose` is the flag that picks another
+    read-only folder, an interrupt) leaves output_dir as it was, and under output_dir's claim
+    (`claims.claimed_output`: a second writer stops, naming this one); `choose` is the flag that picks another
     output_dir, named in a write failure."""
     checkpoint_dirs = [Path(path) for path in checkpoint_dirs]
     output_dir = Path(output_dir)
@@ -237,7 +239,7 @@ def average_checkpoints(checkpoint_dirs: Sequence[Path], output_dir: Path, choos
         raise ValueError("no checkpoints to average")
     if any(output_dir.resolve() == path.resolve() for path in checkpoint_dirs):
         raise ValueError(f"output_dir {output_dir} must not be one of the averaged checkpoints")
-    with folder_written_whole(output_dir, choose) as temporary:
+    with claimed_output(output_dir, choose), folder_written_whole(output_dir, choose) as temporary:
         write_average(checkpoint_dirs, temporary)
         if (
             output_dir.is_dir()
