@@ -43,6 +43,7 @@ ENDPOINTS = (
     "/metrics",
 )
 WARM_UP = "Hello."
+ALWAYS_ANSWERED = ("/health", "/ready", "/metrics")  # also while the server drains
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class Guard:
             return await self.app(scope, receive, send)
         endpoint = scope["path"] if scope["path"] in ENDPOINTS else "other"
         started, status = time.monotonic(), 500
-        if self.state.draining:
+        if self.state.draining and endpoint not in ALWAYS_ANSWERED:
             refusal = ApiError(503, "The server is shutting down: retry on another.", {"Connection": "close"})
             await error_response(refusal)(scope, receive, send)
             self.metrics.answered(endpoint, 503, time.monotonic() - started)

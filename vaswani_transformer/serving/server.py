@@ -2,9 +2,9 @@
 requests get 503, `/ready` says so), and it exits once every accepted request is answered or `shutdown_timeout`
 seconds have passed, whichever is first; a second signal ends the process at once."""
 
+import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from .app import ServerState
 from .batcher import Batcher
 
+logger = logging.getLogger(__name__)
 GRACE_AFTER_DRAIN = 1.0  # seconds uvicorn then gives open connections to send what they have
 
 
@@ -31,13 +32,12 @@ class DrainingServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.drain_deadline is not None:
-            print(f"\n{signal.Signals(sig).name} again: exiting at once", file=sys.stderr, flush=True)
+            logger.warning("%s again: exiting at once", signal.Signals(sig).name)
             os._exit(128 + sig)
-        print(
-            f"\n{signal.Signals(sig).name}: answering the accepted requests (at most {self.shutdown_timeout:g} s), "
-            "refusing new ones; send it again to exit at once",
-            file=sys.stderr,
-            flush=True,
+        logger.warning(
+            "%s: answering the accepted requests (at most %g s), refusing new ones; send it again to exit at once",
+            signal.Signals(sig).name,
+            self.shutdown_timeout,
         )
         self.state.draining = True
         self.batcher.hurry()  # the accepted sentences decode now, without waiting for company
