@@ -1,9 +1,9 @@
 """Dynamic batching: the sentences of requests that arrive together decode together, on one worker thread.
 
 Each request's sentences join one queue. The worker takes the oldest sentence, waits at most `max_wait` seconds
-for more to arrive, and decodes, in one call of the engine's `translate` (which sorts them by length), the
-waiting sentences that share its decoding options, up to `max_batch_tokens` padded source tokens and
-`max_batch_sentences` sentences. A request is answered as soon as its last sentence is done; the sentences of a
+for more to arrive (not when a full batch left sentences behind: they decode next, at once), and decodes, in one
+call of the engine's `translate` (which sorts them by length), the waiting sentences that share its decoding
+options, up to `max_batch_tokens` padded source tokens and `max_batch_sentences` sentences. A request is answered as soon as its last sentence is done; the sentences of a
 request whose client went away are dropped before they decode. The event loop only enqueues and awaits: decoding
 never blocks it.
 """
@@ -87,6 +87,7 @@ class Batcher:
         self._waiting: deque[Item] = deque()
         self._condition = threading.Condition()
         self._stopping = self._hurrying = False
+        self._left_over = False  # sentences a full batch left behind: they have waited their share already
         self.model_lock = (
             threading.Lock()
         )  # held while the model decodes: others use the model only between batches
@@ -177,11 +178,13 @@ class Batcher:
             self.observer.dropped(len(abandoned))
         waiting = [item for item in self._waiting if not item.job.abandoned]
         batch: list[Item] = []
-        longest = 0
+        longest, self._left_over = 0, False
         for item in waiting:
-            if item.job.options != waiting[0].job.options or len(batch) == self.max_batch_sentences:
+            if item.job.options != waiting[0].job.options:
                 continue
-            if batch and max(longest, item.tokens) * (len(batch) + 1) > self.max_batch_tokens:
+            full = len(batch) == self.max_batch_sentences
+            if full or (batch and max(longest, item.tokens) * (len(batch) + 1) > self.max_batch_tokens):
+                self._left_over = True
                 continue
             batch.append(item)
             longest = max(longest, item.tokens)
