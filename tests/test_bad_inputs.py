@@ -1054,9 +1054,13 @@ CASES |= CUDA_GRAPH_CASES
 # Issue 62: vaswani-serve refuses bad options and a model it cannot serve before it listens
 SERVE_CASES: dict[str, Case] = {
     "serve port 0": Case("serve", lambda ws: [ws.model, "--port", "0"], "--port must be positive, got 0"),
-    "serve max_queue 0": Case("serve", lambda ws: [ws.model, "--max_queue", "0"], "--max_queue must be positive"),
+    "serve max_queue 0": Case(
+        "serve", lambda ws: [ws.model, "--max_queue", "0"], "--max_queue must be positive"
+    ),
     "serve api_keys missing": Case(
-        "serve", lambda ws: [ws.model, "--api_keys", ws.new], "--api_keys: [Errno 2] No such file or directory"
+        "serve",
+        lambda ws: [ws.model, "--api_keys", ws.new],
+        "--api_keys: [Errno 2] No such file or directory",
     ),
     "serve api_keys empty": Case(
         "serve", lambda ws: [ws.model, "--api_keys", ws.write("keys.txt", "# none yet\n")], "holds no API key"
@@ -1067,7 +1071,10 @@ SERVE_CASES: dict[str, Case] = {
         "line 1: the requests per minute must be a positive number",
     ),
     "serve an unrecorded language pair": Case(
-        "serve", lambda ws: [ws.model, "--device", "cpu"], "give --source_lang and --target_lang"
+        "serve",
+        lambda ws: [ws.model, "--device", "cpu"],
+        "give --source_lang and --target_lang",
+        lambda ws: (Path(ws.model) / "train_options.json").unlink(),
     ),
     "serve a missing model": Case(
         "serve", lambda ws: [ws.new, "--source_lang", "en", "--target_lang", "de"], "no such"

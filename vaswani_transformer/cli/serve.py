@@ -142,6 +142,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, S
 
 def language_pair(args: argparse.Namespace) -> tuple[str, str]:
     """The pair the flags name, else the one the model records; a ValueError naming the flags when neither."""
+    if args.source_lang and args.target_lang:
+        return args.source_lang, args.target_lang
     recorded = recorded_languages(args.model) or (None, None)
     source, target = args.source_lang or recorded[0], args.target_lang or recorded[1]
     if not source or not target:

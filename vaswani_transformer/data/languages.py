@@ -8,12 +8,14 @@ from transformers.utils import cached_file
 
 
 def _read(model: str | Path, name: str) -> dict:
-    where = cached_file(str(model), name, _raise_exceptions_for_missing_entries=False)
-    if where is None:
-        return {}
+    """The JSON object of one of the model's files; {} where it has none (or the name is no model at all: loading
+    it says why)."""
     try:
+        where = cached_file(str(model), name, _raise_exceptions_for_missing_entries=False)
+        if where is None:
+            return {}
         content = json.loads(Path(where).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, ValueError):  # ValueError: not UTF-8, not JSON, or not a Hub id
         return {}
     return content if isinstance(content, dict) else {}
 
