@@ -59,12 +59,30 @@ def test_sentences_a_full_batch_left_behind_decode_at_once() -> None:
     worker.start()
     started = time.monotonic()
     try:
-        translations, _ = asyncio.run(worker.translate(["a b c", "d e f", "g h i", "j k l"], ()))
+        translations, _ = asyncio.run(worker.translate(["a b c", "d e f", "g h i"], ()))
     finally:
         worker.stop()
-    assert translations == ["A B C", "D E F", "G H I", "J K L"]
-    assert engine.batches == [["a b c", "d e f"], ["g h i", "j k l"]]
+    assert translations == ["A B C", "D E F", "G H I"]
+    assert engine.batches == [["a b c", "d e f"], ["g h i"]]
     assert time.monotonic() - started < 30
+
+
+def test_a_server_that_shuts_down_decodes_what_waits_at_once() -> None:
+    """`hurry` (the first SIGTERM): a sentence that would wait 60 s for company decodes now."""
+    engine = RecordingEngine()
+    worker = batcher(engine, max_wait=60)
+    worker.start()
+
+    async def hurried():
+        waiting = asyncio.ensure_future(worker.translate(["a"], ()))
+        await asyncio.sleep(0.1)
+        worker.hurry()
+        return await asyncio.wait_for(waiting, 30)
+
+    try:
+        assert asyncio.run(hurried()) == (["A"], [None])
+    finally:
+        worker.stop()
 
 
 def test_an_abandoned_request_s_sentences_are_dropped_before_they_decode() -> None:

@@ -157,7 +157,8 @@ class Batcher:
                 return None
             deadline = self._waiting[0].arrived + self.max_wait
             while (
-                not self._stopping and not self._budget_full() and (left := deadline - time.monotonic()) > 0
+                not (self._stopping or self._hurrying or self._left_over or self._budget_full())
+                and (left := deadline - time.monotonic()) > 0
             ):
                 self._condition.wait(left)
             batch = self._take()
