@@ -19,7 +19,10 @@ from tests.serving.server_process import CPU_FLOAT32, ENV, free_port, serve_comm
 from vaswani_transformer.engines import EngineOptions, load_engine
 
 PAIR = ("--source_lang", "en", "--target_lang", "de")
-GREEDY = ("--num_beams", "1")  # short decoding on a busy machine
+GREEDY = ("--num_beams", "1")
+SAMPLE_MODEL = (
+    Path(__file__).resolve().parents[1] / "samples" / "saved_before_the_layout" / "model"
+)  # short decoding on a busy machine
 
 
 @pytest.fixture(scope="module")
@@ -99,38 +102,37 @@ def test_api_keys_rates_and_the_request_timeout(random_folder: Path, tmp_path: P
         assert native.status_code == 200, native.text
 
 
-def test_sigterm_during_a_load_answers_every_accepted_request_and_exits_0(
-    random_folder: Path, trained_run, tmp_path: Path
-) -> None:
-    """The pair is the one the run recorded (train_options.json). Eight requests wait together in the queue when
+def test_sigterm_during_a_load_answers_every_accepted_request_and_exits_0(tmp_path: Path) -> None:
+    """The pair is the one the folder records (train_options.json). Eight requests wait together in the queue when
     SIGTERM comes: each is answered with its translation, a new one is refused, and the server exits 0."""
     folder = tmp_path / "model"
-    shutil.copytree(random_folder, folder)
-    shutil.copyfile(trained_run.model_dir / "train_options.json", folder / "train_options.json")
+    shutil.copytree(SAMPLE_MODEL, folder)  # a small saved model (random weights): no training needed
+    (folder / "train_options.json").write_text('{"source_lang": "en", "target_lang": "de"}', encoding="utf-8")
     engine = load_engine(folder, EngineOptions(device="cpu", dtype="float32"))
+    sentences = [*SENTENCES, "Run!", "Who are you?", "It is raining."]
     # they wait up to 60 s for company: the signal makes them decode at once
-    with serving(folder, *GREEDY, "--max_wait_ms", "60000", "--shutdown_timeout", "60") as server:
+    with serving(folder, *GREEDY, "--max_wait_ms", "60000", "--shutdown_timeout", "120") as server:
         answers: list = []
-        body = {"q": SENTENCES[:8], "source": "en", "target": "de"}
+        body = {"source": "en", "target": "de"}
         threads = [
             post_in_thread(f"{server.url}/translate", {**body, "q": sentence}, answers)
-            for sentence in body["q"]
+            for sentence in sentences
         ]
-        until(lambda: server.metric("vaswani_queue_sentences") == 8)
+        until(lambda: server.metric("vaswani_queue_sentences") == len(sentences))
         server.process.send_signal(signal.SIGTERM)
         until(lambda: "SIGTERM" in server.stderr())
         try:
-            refused = httpx.post(f"{server.url}/translate", json=body, timeout=30)
+            refused = httpx.post(f"{server.url}/translate", json={**body, "q": "Hi."}, timeout=30)
             assert refused.status_code == 503 and "shutting down" in refused.json()["error"]
         except httpx.TransportError:
             pass  # or it no longer listens: either way, not accepted
         for thread in threads:
-            thread.join(timeout=120)
-        assert server.process.wait(timeout=90) == 0, server.stderr()[-3000:]
+            thread.join(timeout=180)
+        assert server.process.wait(timeout=180) == 0, server.stderr()[-3000:]
     # the eight decoded as one batch, as translate() decodes them
-    assert sorted(answer.json()["translatedText"] for answer in answers) == sorted(
-        engine.translate(SENTENCES[:8], num_beams=1)
-    )
+    assert [answer.status_code for answer in answers] == [200] * len(sentences)
+    translated = sorted(answer.json()["translatedText"] for answer in answers)
+    assert translated == sorted(engine.translate(sentences, num_beams=1))
     assert "Traceback" not in server.stderr()
 
 
