@@ -129,11 +129,11 @@ def test_sigterm_during_a_load_answers_every_accepted_request_and_exits_0(tmp_pa
         for thread in threads:
             thread.join(timeout=180)
         assert server.process.wait(timeout=180) == 0, server.stderr()[-3000:]
+        assert "Traceback" not in server.stderr()
     # the eight decoded as one batch, as translate() decodes them
     assert [answer.status_code for answer in answers] == [200] * len(sentences)
     translated = sorted(answer.json()["translatedText"] for answer in answers)
     assert translated == sorted(engine.translate(sentences, num_beams=1))
-    assert "Traceback" not in server.stderr()
 
 
 @pytest.mark.parametrize(
