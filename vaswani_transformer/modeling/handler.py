@@ -23,7 +23,9 @@ class EndpointHandler:
     def __init__(self, path: str = "") -> None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True).to(device).eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)  # else it asks (the config)
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            path, trust_remote_code=True
+        )  # else it asks (the config)
         pipeline_class = get_class_from_dynamic_module(PIPELINE_CLASS, path)
         self.translate = importlib.import_module(pipeline_class.__module__).translate
 
