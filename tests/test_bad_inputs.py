@@ -39,6 +39,7 @@ from vaswani_transformer.cli import (
     plot_positional_encoding,
     prepare,
     push,
+    serve,
     train,
 )
 from vaswani_transformer.cli import translate as translate_cli
@@ -58,6 +59,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "plot-positional-encoding": plot_positional_encoding.main,
     "plot-attention": plot_attention.main,
     "convert": convert.main,
+    "serve": serve.main,
 }
 
 
@@ -1053,6 +1055,37 @@ CUDA_GRAPH_CASES: dict[str, Case] = {
     ),
 }
 CASES |= CUDA_GRAPH_CASES
+
+# Issue 62: vaswani-serve refuses bad options and a model it cannot serve before it listens
+SERVE_CASES: dict[str, Case] = {
+    "serve port 0": Case("serve", lambda ws: [ws.model, "--port", "0"], "--port must be positive, got 0"),
+    "serve max_queue 0": Case(
+        "serve", lambda ws: [ws.model, "--max_queue", "0"], "--max_queue must be positive"
+    ),
+    "serve api_keys missing": Case(
+        "serve",
+        lambda ws: [ws.model, "--api_keys", ws.new],
+        "--api_keys: [Errno 2] No such file or directory",
+    ),
+    "serve api_keys empty": Case(
+        "serve", lambda ws: [ws.model, "--api_keys", ws.write("keys.txt", "# none yet\n")], "holds no API key"
+    ),
+    "serve api_keys bad rate": Case(
+        "serve",
+        lambda ws: [ws.model, "--api_keys", ws.write("keys.txt", "key -3\n")],
+        "line 1: the requests per minute must be a positive number",
+    ),
+    "serve an unrecorded language pair": Case(
+        "serve",
+        lambda ws: [ws.model, "--device", "cpu"],
+        "give --source_lang and --target_lang",
+        lambda ws: (Path(ws.model) / "train_options.json").unlink(),
+    ),
+    "serve a missing model": Case(
+        "serve", lambda ws: [ws.new, "--source_lang", "en", "--target_lang", "de"], "no such"
+    ),
+}
+CASES |= SERVE_CASES
 
 
 # Issue 58, item 4: --resume checks the corpora's content, the run's vocabulary and its checkpoint's model against

@@ -51,3 +51,35 @@ def test_the_data_benchmark_builds_aligned_pairs_of_several_tatoeba_pairs(tmp_pa
     assert all(len(line.split()) >= SENTENCES_PER_LINE for line in sources)
     again = build_corpus(tmp_path / "b", 50, seed=3)[0].read_text()
     assert again == source_file.read_text()
+
+
+def test_the_serving_benchmark_loads_a_server_and_counts_what_came_back() -> None:
+    """bench_serve.py's generator, on a small app in process (the real server is the benchmark's to run): bounded
+    in requests, errors counted, latencies ranked, paragraphs of three sentences."""
+    import asyncio
+
+    import httpx
+    from bench_serve import SENTENCES_PER_PARAGRAPH, load, workloads
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    calls = []
+
+    async def translate(request) -> JSONResponse:
+        calls.append((await request.json())["q"])
+        return JSONResponse({"translatedText": "x"}, status_code=503 if len(calls) % 5 == 0 else 200)
+
+    app = Starlette(routes=[Route("/translate", translate, methods=["POST"])])
+
+    async def run():
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://test"
+        ) as client:
+            return await load(client, ["a", "b", "c"], clients=4, requests=20, seconds=30, per_text=3)
+
+    result = asyncio.run(run())
+    assert len(calls) == 20 and result.errors == 4 and result.answered == 16 and result.sentences == 48
+    assert result.percentile(0.5) <= result.percentile(0.95) <= result.percentile(0.99)
+    paragraphs = workloads(["1.", "2.", "3.", "4.", "5.", "6.", "7."])["paragraphs"]
+    assert paragraphs == ["1. 2. 3.", "4. 5. 6."] and SENTENCES_PER_PARAGRAPH == 3

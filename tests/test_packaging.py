@@ -24,6 +24,7 @@ COMMANDS = {
     "vaswani-export-ctranslate2",
     "vaswani-export-onnx",
     "vaswani-convert",
+    "vaswani-serve",
 }
 
 

@@ -8,8 +8,11 @@ ONNX export in ONNX Runtime (--engine onnxruntime, exported once and cached; flo
 or its CTranslate2 export (--engine ctranslate2, converted once and cached; --quantize int8 is its fast CPU path).
 Input is translated as it is read, a buffer of --buffer_lines lines at a time: each buffer's translations are
 written (and flushed) before the next buffer is read, so they start at once and memory does not grow with the
-input; --buffer_lines 1 translates each line as soon as it ends (typing). Standard input is only ever text to
-translate: a model folder whose files name code of their own is refused, never asked about (--trust_remote_code).
+input; --buffer_lines 1 translates each line as soon as it ends, as the command does by itself when standard input
+is a terminal (typing). --split_sentences translates each line sentence by sentence (the splitter of vaswani-serve,
+sentencex: pip install 'vaswani_transformer[serve]') and joins the translations with the line's own spacing.
+Standard input is only ever text to translate: a model folder whose files name code of their own is refused, never
+asked about (--trust_remote_code).
 
     echo "Where is the train station?" | vaswani-translate runs/tatoeba-en-de/final
     vaswani-translate runs/tatoeba-en-de/final input.en > output.de
@@ -31,6 +34,8 @@ from contextlib import closing
 from pathlib import Path
 
 from ..data.corpora import split_lines, stream_text_lines
+from ..data.languages import recorded_languages
+from ..data.sentences import check_splitter
 from ..engines.load import load_engine
 from ..engines.options import EngineOptions
 from ..evaluation.streaming import BUFFER_BATCHES, default_buffer_lines, translate_in_buffers
@@ -54,7 +59,16 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
         help=f"lines read and decoded together (sorted by length) before their translations are written "
         f"(default: one batch first, then {BUFFER_BATCHES} batches: {default_buffer_lines(None):,} lines at the "
         "default --batch_size); "
-        "1 translates each line as soon as it ends",
+        "1 translates each line as soon as it ends (the default when standard input is a terminal)",
+    )
+    parser.add_argument(
+        "--split_sentences",
+        "--split-sentences",
+        nargs="?",
+        const="",
+        metavar="LANGUAGE",
+        help="translate each line sentence by sentence, split by the rules of LANGUAGE (default: the source "
+        "language the model records), and join the translations with the line's spacing",
     )
     args = parse_intermixed_args(parser, argv)  # files may follow options: MODEL --num_beams 1 FILE
     if args.buffer_lines is not None and args.buffer_lines < 1:
@@ -112,6 +126,25 @@ def standard_output_file() -> Path:
         return Path("/dev/stdout")
 
 
+def buffer_lines(args: argparse.Namespace) -> int | None:
+    """--buffer_lines, or 1 when standard input is a terminal: a typed line is answered as soon as it ends."""
+    if args.buffer_lines is None and not args.files and sys.stdin is not None and sys.stdin.isatty():
+        return 1
+    return args.buffer_lines
+
+
+def split_language(args: argparse.Namespace) -> str | None:
+    """The language --split_sentences splits by: the one it names, else the model's recorded source language."""
+    if args.split_sentences is None:
+        return None
+    check_splitter()
+    if args.split_sentences:
+        return args.split_sentences
+    if (pair := recorded_languages(args.model)) is None:
+        raise ValueError(f"{args.model} does not record its source language: give it, --split_sentences en.")
+    return pair[0]
+
+
 def written_before(count: int) -> str:
     """What an error after the first translations adds: how much of the output is there."""
     return f" The translations of the first {count:,} line(s) were written before it." if count else ""
@@ -125,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # files are read through before the model loads, so that bad input fails at once and progress has a total
         total = sum(1 for _ in input_lines(args.files)) if args.files else None
+        language = split_language(args)
         engine = load_engine(args.model, options)
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -132,10 +166,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     buffers = translate_in_buffers(
         input_lines(args.files),
         engine,
-        buffer_lines=args.buffer_lines,
+        buffer_lines=buffer_lines(args),
         batch_size=args.batch_size,
         total=total,
         show_progress=True,
+        split_language=language,
         **generate_overrides(args),
     )
     written = 0

@@ -43,7 +43,11 @@ MAX_EXPORT_POSITIONS = 2**16
 EXPORT_AGAIN = "export the model again (vaswani-export-ctranslate2)"
 CTRANSLATE2_EXTRA = "pip install 'vaswani_transformer[ctranslate2]' (or ctranslate2)"
 # This package's generate() keywords as CTranslate2's translate_batch options.
-CTRANSLATE2_NAMES = {"num_beams": "beam_size", "length_penalty": "length_penalty"}
+CTRANSLATE2_NAMES = {
+    "num_beams": "beam_size",
+    "length_penalty": "length_penalty",
+    "max_new_tokens": "max_decoding_length",
+}
 
 
 def _ctranslate2() -> Any:

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
+from ..data.sentences import join_sentences, split_sentences
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE
 
 # Batches per buffer by default: enough for the length sort to find similar lengths and for two decoding workers
@@ -47,8 +48,16 @@ def buffer_sizes(buffer_lines: int | None, batch_size: int | None) -> Iterator[i
     return itertools.chain([batch_size or BATCH_SIZE], itertools.repeat(default_buffer_lines(batch_size)))
 
 
-def translate_lines(lines: Sequence[str], engine: Translator, **options: Any) -> list[str]:
-    """Translations of the non-blank lines, with blank lines kept blank, in input order (one per line)."""
+def translate_lines(
+    lines: Sequence[str], engine: Translator, *, split_language: str | None = None, **options: Any
+) -> list[str]:
+    """Translations of the non-blank lines, with blank lines kept blank, in input order (one per line). With
+    `split_language`, each line is translated sentence by sentence (`data.sentences`, the server's splitter) and
+    joined back with its own spacing."""
+    if split_language is not None:
+        split = [split_sentences(line, split_language) if line.strip() else [] for line in lines]
+        translated = iter(translate_lines([s.text for line in split for s in line], engine, **options))
+        return [join_sentences(line, [next(translated) for _ in line]) for line in split]
     filled = [index for index, line in enumerate(lines) if line.strip()]
     translations = engine.translate([lines[index] for index in filled], **options)
     output = [""] * len(lines)
@@ -65,6 +74,7 @@ def translate_in_buffers(
     batch_size: int | None = None,
     total: int | None = None,
     show_progress: bool = False,
+    split_language: str | None = None,
     **overrides: Any,
 ) -> Iterator[list[str]]:
     """The translations of `lines` (`translate_lines`), one list per buffer of `buffer_lines` lines (None: one
@@ -73,12 +83,21 @@ def translate_in_buffers(
     A buffer is taken from `lines` only once the one before has been handed on, so a lazy `lines` (standard input)
     is read at most one buffer ahead of what the caller has. Each buffer's batches are checked against the free
     memory before they decode (`translate`'s budget). Progress on standard error: lines done, of `total` if known.
+    With `split_language`, lines are translated sentence by sentence (`translate_lines`).
     """
     sizes = buffer_sizes(buffer_lines, batch_size)
     remaining = iter(lines)
     with tqdm(total=total, desc="translating", unit=" lines", disable=not show_progress) as progress:
         while buffer := list(itertools.islice(remaining, next(sizes))):
             progress.update(sum(not line.strip() for line in buffer))  # blank lines are done at once
+            on_batch = None if split_language else progress.update  # batches count sentences, not lines
             yield translate_lines(
-                buffer, engine, batch_size=batch_size, on_batch=progress.update, **overrides
+                buffer,
+                engine,
+                split_language=split_language,
+                batch_size=batch_size,
+                on_batch=on_batch,
+                **overrides,
             )
+            if split_language:
+                progress.update(sum(bool(line.strip()) for line in buffer))

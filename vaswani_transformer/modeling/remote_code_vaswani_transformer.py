@@ -21,6 +21,7 @@ from .configuration_vaswani_transformer import PIPELINE_TASK
 
 PIPELINE_FILE = "pipeline_vaswani_transformer.py"
 PIPELINE_CLASS = "VaswaniTranslationPipeline"
+HANDLER_FILE = "handler.py"  # Inference Endpoints' custom handler: it imports none of the other files
 
 
 def imported_files(code_file: Path, locate: Callable[[str], Path | None]) -> dict[str, Path | None]:
@@ -52,7 +53,8 @@ def pipeline_code(loaded_from: str | None) -> list[Path]:
     is missing there."""
     package_copy = Path(__file__).with_name(PIPELINE_FILE)
     if package_copy.is_file():
-        return [package_copy.with_name(name) for name in (PIPELINE_FILE, *sibling_imports(package_copy))]
+        names = (PIPELINE_FILE, *sibling_imports(package_copy), HANDLER_FILE)
+        return [package_copy.with_name(name) for name in names]
     if not loaded_from:
         return []
 
@@ -63,7 +65,10 @@ def pipeline_code(loaded_from: str | None) -> list[Path]:
     if (pipeline_file := cached(PIPELINE_FILE)) is None:
         return []
     imports = imported_files(pipeline_file, cached)
-    return [] if None in imports.values() else [pipeline_file, *imports.values()]
+    handler = (
+        [] if (handler_file := cached(HANDLER_FILE)) is None else [handler_file]
+    )  # older folders lack it
+    return [] if None in imports.values() else [pipeline_file, *imports.values(), *handler]
 
 
 def ship_translation_pipeline(folder: Path, loaded_from: str | None = None) -> None:

@@ -1,0 +1,85 @@
+"""The real `vaswani-serve` in a subprocess on 127.0.0.1 and a free port, for the serving tests."""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+START = 300  # seconds the server may take to load and warm up on a busy machine
+CPU_FLOAT32 = ("--device", "cpu", "--dtype", "float32")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def serve_command(model: Path, port: int, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "vaswani_transformer.cli.serve", str(model), "--port", str(port), *flags]
+
+
+@dataclass
+class Served:
+    url: str
+    process: subprocess.Popen
+    log: Path
+
+    def stderr(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def metric(self, name: str) -> float:
+        """A metric's value (the sum of its labelled series) from GET /metrics."""
+        text = httpx.get(f"{self.url}/metrics", timeout=30).text
+        values = [float(value) for value in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE)]
+        return sum(values)
+
+
+@contextmanager
+def serving(model: Path, *flags: str) -> Iterator[Served]:
+    """The server on a free port, ready (GET /ready), killed at the end if it is still running."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "stderr.txt"
+        with log.open("wb") as stderr:
+            process = subprocess.Popen(
+                serve_command(model, port, *CPU_FLOAT32, "--log_level", "warning", *flags),
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=ENV,
+            )
+        served = Served(f"http://127.0.0.1:{port}", process, log)
+        try:
+            wait_ready(served)
+            yield served
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait(timeout=60)
+
+
+def wait_ready(served: Served) -> None:
+    deadline = time.monotonic() + START
+    while time.monotonic() < deadline:
+        if served.process.poll() is not None:
+            raise AssertionError(
+                f"vaswani-serve exited with {served.process.returncode}: {served.stderr()[-3000:]}"
+            )
+        try:
+            if httpx.get(f"{served.url}/ready", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"vaswani-serve was not ready within {START} s: {served.stderr()[-3000:]}")

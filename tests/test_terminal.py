@@ -1,0 +1,85 @@
+"""`vaswani-translate` at a terminal and on paragraphs (issue 62): a typed line is answered as soon as it ends, and
+--split_sentences translates each sentence of a line apart, joined back with the line's own spacing."""
+
+import io
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SENTENCES, save_random_model
+from tests.test_streaming import ENV, WAIT, line_within
+from vaswani_transformer.cli import translate as translate_cli
+from vaswani_transformer.engines import EngineOptions, load_engine
+
+
+@pytest.fixture(scope="module")
+def random_folder(trained_run, tmp_path_factory) -> Path:
+    return save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("random") / "model")
+
+
+def test_a_line_typed_at_a_terminal_is_translated_as_soon_as_it_ends(random_folder: Path) -> None:
+    """Before, a terminal's lines waited for a buffer of 128 (or Ctrl-D): this read timed out."""
+    expected = load_engine(random_folder, EngineOptions(device="cpu")).translate([SENTENCES[0]], num_beams=1)[
+        0
+    ]
+    controller, terminal = pty.openpty()
+    command = [
+        sys.executable,
+        "-m",
+        "vaswani_transformer.cli.translate",
+        str(random_folder),
+        "--num_beams",
+        "1",
+    ]
+    process = subprocess.Popen(
+        [*command, "--device", "cpu"],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=ENV,
+    )
+    os.close(terminal)
+    try:
+        assert process.stdout is not None
+        os.write(controller, f"{SENTENCES[0]}\n".encode())
+        line = line_within(process.stdout, WAIT)
+        assert line is not None, "no translation while the terminal stayed open"
+        assert process.poll() is None
+        assert line.decode().removesuffix("\n") == expected
+        os.write(controller, b"\x04")  # Ctrl-D: the end of the input
+        assert process.wait(timeout=WAIT) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(controller)
+
+
+def test_split_sentences_translates_each_sentence_and_keeps_the_line_s_spacing(
+    random_folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, a paragraph on one line came out as one run-on sentence."""
+    lines = [f"{SENTENCES[0]}  {SENTENCES[1]}", "", SENTENCES[2]]
+    raw = io.BytesIO("".join(f"{line}\n" for line in lines).encode())
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(raw, encoding="utf-8"))
+    arguments = [str(random_folder), "--num_beams", "1", "--device", "cpu", "--split_sentences", "en"]
+    assert translate_cli.main(arguments) == 0
+    engine = load_engine(random_folder, EngineOptions(device="cpu"))
+    one, two, three = engine.translate(SENTENCES[:3], num_beams=1)  # the buffer's sentences, decoded together
+    assert capsys.readouterr().out.splitlines() == [f"{one}  {two}", "", three]
+
+
+def test_split_sentences_takes_the_language_the_model_records(
+    trained_run, random_folder: Path, capsys
+) -> None:
+    assert translate_cli.main([str(random_folder), "--split_sentences", "--device", "cpu"]) == 2
+    assert "does not record its source language: give it, --split_sentences en." in capsys.readouterr().err
+    assert (
+        translate_cli.split_language(
+            translate_cli.parse_args([str(trained_run.model_dir), "--split_sentences"])[0]
+        )
+        == "en"
+    )

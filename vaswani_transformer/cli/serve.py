@@ -1,0 +1,175 @@
+r"""Serve a trained model over HTTP: LibreTranslate's API (POST /translate, GET /languages), so that its clients
+work unchanged, a native API with decoding options and per-sentence scores (POST /v1/translate), GET /health,
+GET /ready, GET /metrics (Prometheus) and the API's pages at /docs.
+
+Sentences of requests that arrive together are decoded together: the oldest waits at most --max_wait_ms for
+others, and one batch holds at most --max_batch_tokens padded source tokens; decoding runs on one worker thread,
+so the server answers while it decodes. LibreTranslate's API translates a paragraph sentence by sentence and
+joins the translations with the paragraph's own spacing (the native API with "split_sentences": true).
+Decoding is the model's (the paper's §6.1) unless --num_beams or --length_penalty say otherwise; a native request
+may set its own.
+
+It listens on 127.0.0.1 only, unless --host says otherwise (0.0.0.0: every interface). With --api_keys, each
+request must send one of the file's keys (api_key, or the header Authorization: Bearer KEY); --requests_per_minute
+limits each key (or, without keys, each client address). Browsers of other sites may call it only from
+--cors_origins. Requests larger than the limits below are refused with a JSON error naming the flag; a full queue
+answers 503 with Retry-After.
+
+SIGTERM or Ctrl-C: new requests get 503, accepted ones are answered, and the server exits 0 (at most
+--shutdown_timeout seconds later); a second signal exits at once.
+
+    vaswani-serve runs/tatoeba-en-de/final
+    curl -s localhost:8000/translate -H 'Content-Type: application/json' \
+        -d '{"q": "I love you. Where is the station?", "source": "en", "target": "de"}'
+    vaswani-serve you/tatoeba-en-de --engine ctranslate2 --quantize int8 --host 0.0.0.0 --api_keys keys.txt
+
+Exit status: 0 after a signal, 2 for bad options or a model that does not load (before it listens).
+"""
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..data.languages import recorded_languages
+from ..engines.load import load_engine
+from ..serving import ServerLimits, ServeSettings, create_app, read_api_keys, run_server
+from ..values import finite_float
+from .command import command
+from .decoding import add_decoding_arguments, engine_options, generate_overrides
+
+DEFAULTS = ServerLimits()
+POSITIVE = (
+    "port",
+    "max_body_bytes",
+    "max_characters",
+    "max_sentences",
+    "max_queue",
+    "max_batch_tokens",
+    "request_timeout",
+    "shutdown_timeout",
+    "max_beams",
+)
+
+
+def _flag(parser: argparse.ArgumentParser, name: str, kind: type, default: object, text: str) -> None:
+    parser.add_argument(f"--{name}", f"--{name.replace('_', '-')}", type=kind, default=default, help=text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vaswani-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("model", help="trained model folder (e.g. runs/tatoeba-en-de/final) or Hub id")
+    add_decoding_arguments(parser)
+    _flag(parser, "host", str, "127.0.0.1", "address to listen on (default 127.0.0.1: this machine only)")
+    _flag(parser, "port", int, 8000, "port to listen on (default 8000)")
+    _flag(
+        parser, "source_lang", str, None, "the model's source language code (default: as its folder records)"
+    )
+    _flag(
+        parser, "target_lang", str, None, "the model's target language code (default: as its folder records)"
+    )
+    _flag(parser, "max_batch_tokens", int, 4096, "padded source tokens per decoded batch (default 4096)")
+    _flag(parser, "max_wait_ms", finite_float, 5.0, "how long a sentence waits for others to batch with (ms)")
+    _flag(parser, "max_body_bytes", int, DEFAULTS.max_body_bytes, "largest request body in bytes")
+    _flag(parser, "max_characters", int, DEFAULTS.max_characters, "most characters of text per request")
+    _flag(parser, "max_sentences", int, DEFAULTS.max_sentences, "most sentences per request")
+    _flag(parser, "max_queue", int, DEFAULTS.max_queue, "most sentences waiting to decode; beyond, 503")
+    _flag(parser, "max_beams", int, DEFAULTS.max_beams, "largest num_beams a native request may ask for")
+    _flag(
+        parser,
+        "request_timeout",
+        finite_float,
+        DEFAULTS.request_timeout,
+        "seconds a request may take; then 504",
+    )
+    _flag(parser, "shutdown_timeout", finite_float, 30.0, "seconds the accepted requests get after a signal")
+    _flag(
+        parser, "api_keys", Path, None, "file of API keys, one a line, each optionally followed by its rate"
+    )
+    _flag(parser, "requests_per_minute", finite_float, None, "requests a minute per key (or client address)")
+    parser.add_argument(
+        "--cors_origins",
+        "--cors-origins",
+        nargs="+",
+        default=[],
+        help="web origins whose pages may call the server (default: none)",
+    )
+    _flag(parser, "log_level", str, "info", "uvicorn's log level (default info)")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, ServeSettings]:
+    """The arguments and the settings they give, checked before the model loads."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    options = engine_options(parser, args)
+    for name in POSITIVE:
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name} must be positive, got {getattr(args, name)}")
+    if args.max_wait_ms < 0 or (args.requests_per_minute is not None and args.requests_per_minute <= 0):
+        parser.error("--max_wait_ms must not be negative, and --requests_per_minute must be positive")
+    keys = None
+    if args.api_keys is not None:
+        try:
+            keys = read_api_keys(args.api_keys)
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            parser.error(f"--api_keys: {error}")
+    args.engine_options = options
+    settings = ServeSettings(
+        source=args.source_lang or "",
+        target=args.target_lang or "",
+        limits=ServerLimits(
+            max_body_bytes=args.max_body_bytes,
+            max_characters=args.max_characters,
+            max_sentences=args.max_sentences,
+            max_queue=args.max_queue,
+            request_timeout=args.request_timeout,
+            max_beams=args.max_beams,
+        ),
+        defaults=generate_overrides(args),
+        max_batch_tokens=args.max_batch_tokens,
+        max_batch_sentences=args.batch_size or 128,
+        max_wait=args.max_wait_ms / 1000,
+        api_keys=keys,
+        requests_per_minute=args.requests_per_minute,
+        cors_origins=tuple(args.cors_origins),
+    )
+    return args, settings
+
+
+def language_pair(args: argparse.Namespace) -> tuple[str, str]:
+    """The pair the flags name, else the one the model records; a ValueError naming the flags when neither."""
+    if args.source_lang and args.target_lang:
+        return args.source_lang, args.target_lang
+    recorded = recorded_languages(args.model) or (None, None)
+    source, target = args.source_lang or recorded[0], args.target_lang or recorded[1]
+    if not source or not target:
+        raise ValueError(
+            f"{args.model} does not record its language pair (train_options.json): give --source_lang and "
+            "--target_lang."
+        )
+    return source, target
+
+
+@command
+def main(argv: Sequence[str] | None = None) -> int:
+    """Load the model (exit 2 if it does not load), then serve until a signal; 0 after a graceful end."""
+    args, settings = parse_args(argv)
+    try:
+        source, target = language_pair(args)
+        engine = load_engine(args.model, args.engine_options)
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper())
+    settings = ServeSettings(**{**settings.__dict__, "source": source, "target": target})
+    app = create_app(engine, settings, model_name=str(args.model))
+    run_server(app, args.host, args.port, args.shutdown_timeout, args.log_level)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

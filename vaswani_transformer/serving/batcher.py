@@ -1,0 +1,230 @@
+"""Dynamic batching: the sentences of requests that arrive together decode together, on one worker thread.
+
+Each request's sentences join one queue. The worker takes the oldest sentence, waits at most `max_wait` seconds
+for more to arrive (not when a full batch left sentences behind: they decode next, at once), and decodes, in one
+call of the engine's `translate` (which sorts them by length), the waiting sentences that share its decoding
+options, up to `max_batch_tokens` padded source tokens and `max_batch_sentences` sentences. A request is answered as soon as its last sentence is done; the sentences of a
+request whose client went away are dropped before they decode. The event loop only enqueues and awaits: decoding
+never blocks it.
+"""
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..evaluation.streaming import Translator
+
+Options = tuple[tuple[str, Any], ...]  # decoding overrides, hashable: requests with equal ones share a batch
+
+
+class QueueFull(Exception):
+    """More sentences are waiting than the queue holds (`--max_queue`)."""
+
+
+class BatchObserver(Protocol):
+    """What the batcher reports (`metrics.ServerMetrics`)."""
+
+    def queued(self, sentences: int) -> None: ...
+    def decoded(self, sentences: int, tokens: int, seconds: float) -> None: ...
+    def dropped(self, sentences: int) -> None: ...
+
+
+@dataclass
+class Job:
+    """One request's sentences, their translations and (if asked) scores as they are done, and its future."""
+
+    sentences: list[str]
+    options: Options
+    want_scores: bool
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    translations: list[str | None] = field(default_factory=list)
+    scores: list[float | None] = field(default_factory=list)
+    remaining: int = 0
+    abandoned: bool = False
+
+    def __post_init__(self) -> None:
+        self.translations = [None] * len(self.sentences)
+        self.scores = [None] * len(self.sentences)
+        self.remaining = len(self.sentences)
+
+
+@dataclass
+class Item:
+    """One sentence waiting: its job, its place there, its source length in tokens and when it arrived."""
+
+    job: Job
+    index: int
+    tokens: int
+    arrived: float
+
+
+Scorer = Callable[[Sequence[str], Sequence[str]], list[float | None]]
+
+
+class Batcher:
+    """The decoding worker and its queue (`start`, `translate`, `stop`)."""
+
+    def __init__(
+        self,
+        engine: Translator,
+        count_tokens: Callable[[str], int],
+        *,
+        max_batch_tokens: int,
+        max_batch_sentences: int,
+        max_wait: float,
+        max_queue: int,
+        observer: BatchObserver,
+        scorer: Scorer | None = None,
+    ) -> None:
+        self.engine, self.count_tokens, self.scorer, self.observer = engine, count_tokens, scorer, observer
+        self.max_batch_tokens, self.max_batch_sentences = max_batch_tokens, max_batch_sentences
+        self.max_wait, self.max_queue = max_wait, max_queue
+        self._waiting: deque[Item] = deque()
+        self._condition = threading.Condition()
+        self._stopping = self._hurrying = False
+        self._left_over = False  # sentences a full batch left behind: they have waited their share already
+        self.model_lock = (
+            threading.Lock()
+        )  # held while the model decodes: others use the model only between batches
+        self._thread = threading.Thread(target=self._work, name="decoding", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Decode what is waiting, then end the worker."""
+        with self._condition:
+            self._stopping = True
+            self._condition.notify()
+        self._thread.join()
+
+    def hurry(self) -> None:
+        """From now on, decode what waits without waiting for company (the server is shutting down)."""
+        with self._condition:
+            self._hurrying = True
+            self._condition.notify()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def submit(self, sentences: list[str], options: Options, want_scores: bool) -> Job:
+        """Queue a request's sentences (QueueFull when they do not fit); its future resolves in the loop."""
+        loop = asyncio.get_running_loop()
+        job = Job(sentences, options, want_scores, loop, loop.create_future())
+        if not sentences:
+            job.future.set_result(None)
+            return job
+        now = time.monotonic()
+        items = [Item(job, index, self.count_tokens(text), now) for index, text in enumerate(sentences)]
+        with self._condition:
+            if self._stopping or len(self._waiting) + len(items) > self.max_queue:
+                raise QueueFull
+            self._waiting.extend(items)
+            self._condition.notify()
+        self.observer.queued(len(self._waiting))
+        return job
+
+    async def translate(
+        self, sentences: list[str], options: Options, want_scores: bool = False
+    ) -> tuple[list[str], list[float | None]]:
+        """The translations (and scores) of `sentences`, decoded with the other requests' sentences; a cancelled
+        caller (a client gone, a timeout) has its sentences dropped."""
+        job = self.submit(sentences, options, want_scores)
+        try:
+            await job.future
+        except asyncio.CancelledError:
+            job.abandoned = True
+            raise
+        return [text or "" for text in job.translations], job.scores
+
+    def _work(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            if batch:
+                self._decode(batch)
+
+    def _next_batch(self) -> list[Item] | None:
+        """The next batch (empty when all that waited was dropped), or None once stopping with nothing left."""
+        with self._condition:
+            while not self._waiting and not self._stopping:
+                self._condition.wait()
+            if not self._waiting:
+                return None
+            deadline = self._waiting[0].arrived + self.max_wait
+            while (
+                not (self._stopping or self._hurrying or self._left_over or self._budget_full())
+                and (left := deadline - time.monotonic()) > 0
+            ):
+                self._condition.wait(left)
+            batch = self._take()
+        self.observer.queued(len(self._waiting))
+        return batch
+
+    def _budget_full(self) -> bool:
+        longest = max(item.tokens for item in self._waiting)
+        return (
+            longest * len(self._waiting) >= self.max_batch_tokens
+            or len(self._waiting) >= self.max_batch_sentences
+        )
+
+    def _take(self) -> list[Item]:
+        """From the queue: the sentences of abandoned requests (dropped), and the batch (removed), oldest first."""
+        abandoned = [item for item in self._waiting if item.job.abandoned]
+        if abandoned:
+            self.observer.dropped(len(abandoned))
+        waiting = [item for item in self._waiting if not item.job.abandoned]
+        batch: list[Item] = []
+        longest, self._left_over = 0, False
+        for item in waiting:
+            if item.job.options != waiting[0].job.options:
+                continue
+            full = len(batch) == self.max_batch_sentences
+            if full or (batch and max(longest, item.tokens) * (len(batch) + 1) > self.max_batch_tokens):
+                self._left_over = True
+                continue
+            batch.append(item)
+            longest = max(longest, item.tokens)
+        taken = {id(item) for item in batch}
+        self._waiting = deque(item for item in waiting if id(item) not in taken)
+        return batch
+
+    def _decode(self, batch: list[Item]) -> None:
+        """Translate a batch (and score it where asked) and hand each job what is now done."""
+        sources = [item.job.sentences[item.index] for item in batch]
+        started = time.monotonic()
+        try:
+            with self.model_lock:
+                translations = self.engine.translate(
+                    sources, batch_size=len(batch), **dict(batch[0].job.options)
+                )
+            scored = [index for index, item in enumerate(batch) if item.job.want_scores]
+            if scored and self.scorer is not None:
+                with self.model_lock:
+                    scores = self.scorer([sources[i] for i in scored], [translations[i] for i in scored])
+                for index, score in zip(scored, scores, strict=True):
+                    batch[index].job.scores[batch[index].index] = score
+        except Exception as error:  # a batch that failed fails its requests, not the server
+            for job in {id(item.job): item.job for item in batch}.values():
+                job.loop.call_soon_threadsafe(_fail, job.future, error)
+            return
+        self.observer.decoded(len(batch), sum(item.tokens for item in batch), time.monotonic() - started)
+        for item, translation in zip(batch, translations, strict=True):
+            item.job.translations[item.index] = translation
+            item.job.remaining -= 1
+            if item.job.remaining == 0:
+                item.job.loop.call_soon_threadsafe(_finish, item.job.future)
+
+
+def _finish(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _fail(future: asyncio.Future, error: Exception) -> None:
+    if not future.done():
+        future.set_exception(error)

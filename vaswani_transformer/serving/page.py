@@ -1,0 +1,75 @@
+"""The web page at `/`: a translate box that shows the translation and its encoder-decoder attention as a heat-map
+(layer and head selectable), and `POST /v1/attention`, which it draws from. Its assets ship in the package
+(serving/page/), served by name from a fixed list: no CDN, and no path a request names."""
+
+import asyncio
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..engines.load import Engine
+from ..plotting import attention_maps
+from .batcher import Batcher
+from .limits import ApiError, ServerLimits
+from .parsing import read_body
+
+ASSETS = {"page.js": "text/javascript", "page.css": "text/css"}
+
+
+class AttentionRequest(BaseModel):
+    """`POST /v1/attention`: a source and its translation."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    q: str
+    translation: str
+
+
+def _asset(name: str) -> str:
+    return resources.files("vaswani_transformer.serving").joinpath("page", name).read_text(encoding="utf-8")
+
+
+def add_page(app: FastAPI, engine: Engine, batcher: Batcher, limits: ServerLimits) -> None:
+    """The page's routes on `app`."""
+    page = _asset("index.html")
+    assets = {name: _asset(name) for name in ASSETS}
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(page)
+
+    for name, media_type in ASSETS.items():
+        app.add_api_route(
+            f"/page/{name}",
+            lambda name=name, media_type=media_type: Response(assets[name], media_type=media_type),
+            include_in_schema=False,
+        )
+
+    @app.post("/v1/attention", summary="The encoder-decoder attention of a translation (the page's heat-map)")
+    async def attention(request: Request) -> JSONResponse:
+        """`{"q": source, "translation": its translation}` → the source's and the translation's tokens and the
+        cross-attention weights, `cross[layer][head][target token][source token]` (--engine torch only)."""
+        model = getattr(engine, "model", None)
+        if engine.name != "torch" or model is None:
+            raise ApiError(
+                400, f"Attention needs the PyTorch model: serve with --engine torch, not {engine.name}."
+            )
+        body = await read_body(request, limits.max_body_bytes)
+        try:
+            asked = AttentionRequest.model_validate_json(body)
+        except ValidationError as error:
+            raise ApiError(400, f"Invalid request: {error.errors()[0]['msg']}.") from None
+        limits.check_text([asked.q, asked.translation], 1)
+
+        def maps() -> dict[str, Any]:
+            with batcher.model_lock:  # between batches: attention_maps switches the model to eager attention
+                (found,) = attention_maps(model, engine.tokenizer, [asked.q], [asked.translation])
+            return {
+                "source_tokens": found.source_tokens,
+                "target_tokens": found.target_tokens,
+                "cross": [layer.tolist() for layer in found.cross],
+            }
+
+        return JSONResponse(await asyncio.to_thread(maps))

@@ -1,0 +1,70 @@
+"""Running the app under uvicorn with a graceful end: the first SIGTERM or SIGINT makes the server drain (new
+requests get 503, `/ready` says so), and it exits once every accepted request is answered or `shutdown_timeout`
+seconds have passed, whichever is first; a second signal ends the process at once."""
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI
+
+from .app import ServerState
+from .batcher import Batcher
+
+logger = logging.getLogger(__name__)
+GRACE_AFTER_DRAIN = 1.0  # seconds uvicorn then gives open connections to send what they have
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, ending as this module says rather than at once on the first signal."""
+
+    def __init__(
+        self, config: uvicorn.Config, state: ServerState, batcher: Batcher, shutdown_timeout: float
+    ) -> None:
+        super().__init__(config)
+        self.state, self.batcher, self.shutdown_timeout = state, batcher, shutdown_timeout
+        self.drain_deadline: float | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.drain_deadline is not None:
+            logger.warning("%s again: exiting at once", signal.Signals(sig).name)
+            os._exit(128 + sig)
+        logger.warning(
+            "%s: answering the accepted requests (at most %g s), refusing new ones; send it again to exit at once",
+            signal.Signals(sig).name,
+            self.shutdown_timeout,
+        )
+        self.state.draining = True
+        self.batcher.hurry()  # the accepted sentences decode now, without waiting for company
+        self.drain_deadline = time.monotonic() + self.shutdown_timeout
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.drain_deadline is not None and (
+            self.state.open_requests == 0 or time.monotonic() >= self.drain_deadline
+        ):
+            return True
+        return await super().on_tick(counter)
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """SIGINT and SIGTERM call `handle_exit` while the server runs (uvicorn's own would raise the signal again
+        at the end, and the exit status would be the signal's, not 0)."""
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def run_server(app: FastAPI, host: str, port: int, shutdown_timeout: float, log_level: str = "info") -> None:
+    """Serve `app` on host:port until a signal ends it as this module says."""
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACE_AFTER_DRAIN
+    )
+    DrainingServer(config, app.state.server, app.state.batcher, shutdown_timeout).run()
