@@ -201,9 +201,8 @@ def to_ctranslate2(
     if quantization is not None and quantization not in WEIGHT_TYPES:
         raise ValueError(f"quantization must be one of {WEIGHT_TYPES}, got {quantization!r}.")
     check_max_positions(max_positions)
-    with claimed_output(
-        output, choose
-    ):  # before the folder is checked: no other writer gets past it meanwhile
+    # claimed before the folder is checked: no other writer gets past it meanwhile
+    with claimed_output(output, choose):
         check_new_or_empty(output, overwrite, "the export")
         model, tokenizer = load_for_decoding(model_dir, device="cpu", trust_remote_code=trust_remote_code)
         spec = ctranslate2_spec(model, tokenizer, max_positions)
