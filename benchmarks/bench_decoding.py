@@ -50,6 +50,7 @@ from peers import (
     dtype_name,
     marian_twin,
     peak_memory_mb,
+    peak_size,
     print_peaks,
     resolve_dtype,
 )
@@ -528,7 +529,7 @@ def main() -> None:
     elif args.model:
         trained_model_run(args)
     else:
-        fixed_length_runs(args, print_peaks(args.device))
+        fixed_length_runs(args, print_peaks(args.device, peak_size(args)))
 
 
 if __name__ == "__main__":

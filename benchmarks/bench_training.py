@@ -46,6 +46,7 @@ from peers import (
     marian_twin,
     matmul_products,
     peak_memory_mb,
+    peak_size,
     print_peaks,
     resolve_dtype,
     synchronize,
@@ -160,7 +161,7 @@ def model_steps(args: argparse.Namespace, dtype: torch.dtype, peaks: dict[torch.
         for _ in range(args.warmup):
             step()
     peak_runs = {
-        precision: matmul_products(args.device, precision, PEAK_PRODUCTS_PER_TURN)
+        precision: matmul_products(args.device, precision, PEAK_PRODUCTS_PER_TURN, peak_size(args))
         for precision in sorted({precision for _, precision in models.values()}, key=str)
     }
     for precision, (products, _) in peak_runs.items():
@@ -323,7 +324,7 @@ def main() -> None:
     if not args.skip_job and not (args.data / "train.en").is_file():
         parser.error(f"{args.data}/train.en not found: pass --data (Multi30k's folder) or --skip_job")
     dtype = resolve_dtype(args.dtype, args.device)
-    peaks = print_peaks(args.device)
+    peaks = print_peaks(args.device, peak_size(args))
     model_steps(args, dtype, peaks)
     attention_kernels(args)
     if not args.skip_job:

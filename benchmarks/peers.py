@@ -47,6 +47,20 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
         help="our model's precision (auto: the package's default there, bfloat16 where the device computes it "
         "faster); MarianMTModel runs in float32 (its users' default) and in this precision (like for like)",
     )
+    parser.add_argument(
+        "--peak_size",
+        type=int,
+        help="side of the square matrix products that measure the machine's peak (default: 8192 on a GPU, 2048 "
+        "on a CPU); a CPU without bfloat16 instructions takes about a minute for one bfloat16 product of 2048, "
+        "so miniature runs pass a small one",
+    )
+
+
+def peak_size(args: argparse.Namespace) -> int:
+    """--peak_size, or the device's default: large enough to reach the machine's dense peak."""
+    if args.peak_size is not None:
+        return args.peak_size
+    return 8192 if args.device.startswith("cuda") else 2048
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
@@ -60,10 +74,11 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def matmul_products(device: str, dtype: torch.dtype, count: int) -> tuple[Callable[[], None], float]:
-    """A run of `count` square matrix products in `dtype` (2048 on a CPU, 8192 on a GPU) and its FLOPs: the
-    machine's peak in that precision, as a run that can take turns with others."""
-    size = 8192 if device.startswith("cuda") else 2048
+def matmul_products(
+    device: str, dtype: torch.dtype, count: int, size: int
+) -> tuple[Callable[[], None], float]:
+    """A run of `count` square matrix products of side `size` in `dtype` and its FLOPs: the machine's peak in
+    that precision, as a run that can take turns with others."""
     a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
 
     def products() -> None:
@@ -73,10 +88,10 @@ def matmul_products(device: str, dtype: torch.dtype, count: int) -> tuple[Callab
     return products, 2 * size**3 * count
 
 
-def matmul_peak_tflops(device: str, dtype: torch.dtype, repeats: int = 5) -> float:
+def matmul_peak_tflops(device: str, dtype: torch.dtype, size: int, repeats: int = 5) -> float:
     """The machine's own dense matrix-product peak in `dtype`: the best of `repeats` square products, in
     TFLOP/s. MFU figures divide by it, so they are shares of what this machine reaches."""
-    product, flops = matmul_products(device, dtype, 1)
+    product, flops = matmul_products(device, dtype, 1, size)
     best = float("inf")
     for round_ in range(repeats + 1):
         synchronize(device)
@@ -88,9 +103,10 @@ def matmul_peak_tflops(device: str, dtype: torch.dtype, repeats: int = 5) -> flo
     return flops / best / 1e12
 
 
-def print_peaks(device: str) -> dict[torch.dtype, float]:
-    """Measure and print the float32 and bfloat16 matrix-product peaks of `device` (the roofline)."""
-    peaks = {dtype: matmul_peak_tflops(device, dtype) for dtype in (torch.float32, torch.bfloat16)}
+def print_peaks(device: str, size: int) -> dict[torch.dtype, float]:
+    """Measure and print the float32 and bfloat16 matrix-product peaks of `device` (the roofline), with square
+    products of side `size`."""
+    peaks = {dtype: matmul_peak_tflops(device, dtype, size) for dtype in (torch.float32, torch.bfloat16)}
     ratio = peaks[torch.bfloat16] / peaks[torch.float32]
     print(
         f"roofline on {device} ({torch.get_num_threads()} CPU threads): matmul peak float32 "

@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from tests.conftest import TINY, tatoeba_files
 from tests.fsdp_worker import new_model, train_steps
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from vaswani_transformer.modeling.remote_code_vaswani_transformer import HANDLER_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 6
@@ -88,9 +89,11 @@ def test_fsdp_on_two_processes_trains_the_one_process_model_and_saves_an_ordinar
     loaded = VaswaniTransformerForConditionalGeneration.from_pretrained(tmp_path / "fsdp")
     assert loaded.lm_head.weight is loaded.model.encoder.embed_tokens.weight
     shipped = sorted(path.name for path in (tmp_path / "fsdp").glob("*.py"))
-    # the model's code and the translation pipeline's travel with every save (remote_code_vaswani_transformer.py)
+    # the model's code, the translation pipeline's and the Inference Endpoints handler travel with every save
+    # (remote_code_vaswani_transformer.py)
+    modeling = REPO / "vaswani_transformer" / "modeling"
     assert shipped == sorted(
-        path.name for path in (REPO / "vaswani_transformer" / "modeling").glob("*_vaswani_transformer.py")
+        [HANDLER_FILE, *(path.name for path in modeling.glob("*_vaswani_transformer.py"))]
     )
     expected = reference.state_dict()
     # As in the DDP test above: Adam turns last-bit gradient differences of near-zero gradients into steps of up to
