@@ -336,6 +336,19 @@ def read_json(path: Path, fix: str) -> Any:
         raise ValueError(f"{path} is damaged, not valid JSON ({error}): {fix}.") from None
 
 
+def read_text_lines(path: Path, fix: str) -> list[str]:
+    """A UTF-8 text file's lines split at line ends only, as Python's readlines() (which fairseq, subword-nmt and
+    FSMTTokenizer use) splits them: str.splitlines() would also split at characters a BPE piece may hold (U+2028,
+    U+0085). A file that is not UTF-8 is an error naming it, where and `fix`."""
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path} is not UTF-8 text ({error.reason} at byte {error.start:,}): {fix}."
+        ) from None
+    return lines[:-1] if lines[-1] == "" else lines
+
+
 # Rust-backed writers (safetensors, tokenizers) raise their own exceptions, with the OS error only in the text.
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..files import read_text_lines
+
 SPECIAL_SYMBOLS = (
     "<s>",
     "<pad>",
@@ -32,15 +34,8 @@ class Vocabulary:
 
 
 def text_lines(path: Path) -> list[str]:
-    """A text file's lines split at line ends only, as Python's readlines() (which fairseq and subword-nmt use)
-    splits them: str.splitlines() would also split at characters a BPE piece may hold (U+2028, U+0085)."""
-    try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"{path} is not UTF-8 text ({error.reason} at byte {error.start:,}): use the archive's own file."
-        ) from None
-    return lines[:-1] if lines[-1] == "" else lines
+    """A file of the fairseq archive as lines (`read_text_lines`)."""
+    return read_text_lines(path, "use the archive's own file")
 
 
 def read_dictionary(path: Path) -> Vocabulary:

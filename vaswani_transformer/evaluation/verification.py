@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ..files import read_json
+from ..files import read_json, read_text_lines
 from ..modeling.configuration_vaswani_transformer import (
     FINGERPRINT_KEY,
     SHAPE_FREE_SETTINGS,
@@ -278,15 +278,8 @@ def check_merges(merges: Iterable[tuple[str, ...]], path: str) -> None:
 def merges_in(path: Path) -> list[tuple[str, ...]]:
     """merges.txt's merges as FSMTTokenizer reads them (the first two fields of each line); a file that is not
     UTF-8 is an error naming it."""
-    try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"{path} is not UTF-8 text ({error.reason} at byte {error.start}): copy the model's own."
-        ) from None
-    return [
-        tuple(line.split()[:2]) if len(line.split()) >= 2 else tuple(line.split()) for line in lines if line
-    ]
+    lines = read_text_lines(path, "copy the model's own")
+    return [tuple(line.split()[:2]) for line in lines if line]
 
 
 def _raw_config(folder: Path) -> dict[str, Any]:
