@@ -47,16 +47,17 @@ def mkdocs_config() -> dict:
     return yaml.load((REPO / "mkdocs.yml").read_text(encoding="utf-8"), Loader=MkDocsLoader)  # noqa: S506
 
 
+def nav_pages(entries: object) -> list[str]:
+    """The pages of (a part of) mkdocs.yml's nav, in its order; links out of the site (the paper) left out."""
+    if isinstance(entries, str):
+        return [] if "://" in entries else [f"docs/{entries}"]
+    values = entries.values() if isinstance(entries, dict) else entries
+    return [page for entry in values for page in nav_pages(entry)]
+
+
 def site_pages() -> tuple[str, ...]:
-    """docs/**/*.md, in the order of mkdocs.yml's nav, then the pages outside it (the decisions, ...)."""
-
-    def in_nav(entries: object) -> list[str]:
-        if isinstance(entries, str):
-            return [] if "://" in entries else [f"docs/{entries}"]  # a link out of the site: the paper
-        values = entries.values() if isinstance(entries, dict) else entries
-        return [page for entry in values for page in in_nav(entry)]
-
-    ordered = in_nav(mkdocs_config()["nav"])
+    """docs/**/*.md, in the order of mkdocs.yml's nav, then the pages outside it."""
+    ordered = nav_pages(mkdocs_config()["nav"])
     pages = sorted(str(path.relative_to(REPO)) for path in (REPO / "docs").rglob("*.md"))
     return (*ordered, *(page for page in pages if page not in ordered))
 
@@ -621,3 +622,16 @@ def test_the_model_drawing_is_the_configs_and_up_to_date(tmp_path: Path) -> None
     assert any(f"({config.vocab_size:,} × {config.d_model})" in text for text in fresh)
     assert "(docs/model.svg)" in (REPO / README).read_text(encoding="utf-8")
     assert "(model.svg)" in (REPO / "docs" / "index.md").read_text(encoding="utf-8")
+
+
+def test_the_site_has_an_address_dark_mode_the_paper_and_every_page_in_its_nav() -> None:
+    """site_url (else the sitemap is empty), a dark palette beside the light one, the paper linked from the nav,
+    and every page, the decisions and the changelog included, reachable from the nav."""
+    config = mkdocs_config()
+    assert config["site_url"].startswith("http")
+    assert {scheme["scheme"] for scheme in config["theme"]["palette"]} == {"default", "slate"}
+    assert "https://arxiv.org/abs/1706.03762" in json.dumps(config["nav"])
+    pages = {str(path.relative_to(REPO)) for path in (REPO / "docs").rglob("*.md")}
+    assert pages == set(nav_pages(config["nav"]))
+    assert "<!-- generated: changelog -->" in (REPO / "docs" / "changelog.md").read_text(encoding="utf-8")
+    assert "## [Unreleased]" in (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
