@@ -635,3 +635,30 @@ def test_the_site_has_an_address_dark_mode_the_paper_and_every_page_in_its_nav()
     assert pages == set(nav_pages(config["nav"]))
     assert "<!-- generated: changelog -->" in (REPO / "docs" / "changelog.md").read_text(encoding="utf-8")
     assert "## [Unreleased]" in (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+
+
+def test_the_training_pages_sample_log_is_what_the_job_prints(caplog: pytest.LogCaptureFixture) -> None:
+    """docs/training.md's two sample lines, printed by the job's own TrainingProgress from the same figures (the
+    progress line's times masked: they are the clock's)."""
+    from transformers import TrainerControl, TrainerState
+
+    from vaswani_transformer.training.monitoring import TrainingProgress
+
+    text = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
+    progress_line, dev_line = re.search(r"```text\n(step .*?)\n(step .*?)\n```", text).groups()
+    progress = TrainingProgress()
+    state = TrainerState(global_step=500, max_steps=1500)
+    caplog.set_level("INFO")
+    evaluation = {"eval_loss": 3.0, "eval_degenerate": 0.0, "eval_distinct": 0.9}
+    progress.on_log(None, state, TrainerControl(), logs={"eval_bleu": 10.0, **evaluation})
+    state.global_step = 1000
+    logs = {"loss": 3.253, "learning_rate": 1.4e-3, "target_tokens_per_second": 4300.0}
+    progress.on_log(None, state, TrainerControl(), logs=logs)
+    dev = {"eval_bleu": 18.34, "eval_loss": 3.157, "eval_degenerate": 0.0, "eval_distinct": 0.84}
+    progress.on_log(None, state, TrainerControl(), logs=dev)
+
+    def without_times(line: str) -> str:
+        return re.sub(r"\d+:\d\d elapsed, ETA \d+:\d\d", "TIME elapsed, ETA TIME", line)
+
+    assert without_times(caplog.messages[-2]) == without_times(progress_line)
+    assert caplog.messages[-1] == dev_line
