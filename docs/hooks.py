@@ -7,7 +7,8 @@ replaces with `GENERATED[NAME](page_path)`:
 - `exit-statuses`: what each command documents of its exit statuses;
 - `bad-input-cases`: the cases of tests/test_bad_inputs.py, by command, with the message each must print;
 - `resume-may-change`: the settings a `vaswani-train --resume` may change (training/options.py);
-- `results`: benchmarks/RESULTS.md itself.
+- `results`: benchmarks/RESULTS.md itself;
+- `changelog`: CHANGELOG.md itself.
 
 Files outside docs/ that the site shows (benchmarks/RESULTS.md as results.md, benchmarks/*.png at the site's
 root, README.md as index.md) can be linked as the repository has them (`../benchmarks/RESULTS.md` from a page in
@@ -35,9 +36,11 @@ MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", flags=re.M)
 LINK = re.compile(r"(\]\()([^)\s#]+)")  # the target of an inline link or picture, up to any #anchor
 PICTURES = sorted((REPO / "benchmarks").glob("*.png"))
 # repository file outside docs/ → its path in the site
-SITE_COPIES = {"benchmarks/RESULTS.md": "results.md", "README.md": "index.md"} | {
-    f"benchmarks/{picture.name}": picture.name for picture in PICTURES
-}
+SITE_COPIES = {
+    "benchmarks/RESULTS.md": "results.md",
+    "README.md": "index.md",
+    "CHANGELOG.md": "changelog.md",
+} | {f"benchmarks/{picture.name}": picture.name for picture in PICTURES}
 HELP_WIDTH = "100"  # argparse wraps --help to $COLUMNS: the same text on every machine
 
 
@@ -139,12 +142,17 @@ def results(page_path: str) -> str:
     )
 
 
+def changelog(page_path: str) -> str:
+    return site_links((REPO / "CHANGELOG.md").read_text(encoding="utf-8"), page_path, ".")
+
+
 GENERATED: dict[str, Callable[[str], str]] = {  # marker name → its markdown, for the page at a path
     "cli-reference": lambda page_path: cli_reference(),
     "exit-statuses": lambda page_path: exit_statuses(),
     "bad-input-cases": lambda page_path: bad_input_table(),
     "resume-may-change": lambda page_path: resume_may_change(),
     "results": results,
+    "changelog": changelog,
 }
 
 

@@ -9,8 +9,10 @@
   every bad-input case of tests/test_bad_inputs.py, every console command.
 """
 
+import contextlib
 import dataclasses
 import importlib.util
+import io
 import json
 import os
 import re
@@ -31,18 +33,31 @@ from vaswani_transformer.training import check_inputs
 
 REPO = Path(__file__).resolve().parents[1]
 README = "README.md"
+QUICK_TOUR = "docs/quick-tour.md"
+
+
+class MkDocsLoader(yaml.SafeLoader):
+    """YAML as MkDocs reads it: `!ENV [NAME, default]` gives the default."""
+
+
+MkDocsLoader.add_constructor("!ENV", lambda loader, node: loader.construct_sequence(node)[-1])
+
+
+def mkdocs_config() -> dict:
+    return yaml.load((REPO / "mkdocs.yml").read_text(encoding="utf-8"), Loader=MkDocsLoader)  # noqa: S506
+
+
+def nav_pages(entries: object) -> list[str]:
+    """The pages of (a part of) mkdocs.yml's nav, in its order; links out of the site (the paper) left out."""
+    if isinstance(entries, str):
+        return [] if "://" in entries else [f"docs/{entries}"]
+    values = entries.values() if isinstance(entries, dict) else entries
+    return [page for entry in values for page in nav_pages(entry)]
 
 
 def site_pages() -> tuple[str, ...]:
-    """docs/**/*.md, in the order of mkdocs.yml's nav, then the pages outside it (the decisions, ...)."""
-
-    def in_nav(entries: object) -> list[str]:
-        if isinstance(entries, str):
-            return [f"docs/{entries}"]
-        values = entries.values() if isinstance(entries, dict) else entries
-        return [page for entry in values for page in in_nav(entry)]
-
-    ordered = in_nav(yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
+    """docs/**/*.md, in the order of mkdocs.yml's nav, then the pages outside it."""
+    ordered = nav_pages(mkdocs_config()["nav"])
     pages = sorted(str(path.relative_to(REPO)) for path in (REPO / "docs").rglob("*.md"))
     return (*ordered, *(page for page in pages if page not in ordered))
 
@@ -456,3 +471,194 @@ def pushed_to_fake_hub(arguments: list[str], workspace: Path) -> None:
         patch.chdir(workspace)
         assert push.main(arguments) == 0
     assert len(hub.commits()) == 1
+
+
+@pytest.mark.slow
+def test_the_quick_tours_python_runs_as_written(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Quick tour's five blocks as one program, in their order, on a tiny saved model in the main job's
+    folder, fine-tuning 2 steps instead of 20 and pushing to a FakeHub."""
+    blocks = python_blocks(QUICK_TOUR)
+    assert len(blocks) == 5
+    code = "\n".join(blocks)
+    assert code.count("max_steps=20,") == 1
+    code = code.replace("max_steps=20,", "max_steps=2,")
+    (tmp_path / "runs" / "tatoeba-en-de").mkdir(parents=True)
+    (tmp_path / "runs" / "tatoeba-en-de" / "final").symlink_to(tiny_model_dir)
+    monkeypatch.chdir(tmp_path)
+    printed = io.StringIO()
+    with fake_hub_session() as hub, contextlib.redirect_stdout(printed):
+        exec(compile(code, QUICK_TOUR, "exec"), {"__name__": "quick_tour"})  # noqa: S102 - the page's own code
+    assert len(hub.commits()) == 1
+    assert (tmp_path / "runs" / "quick-tour" / "final" / "model.safetensors").is_file()
+    assert (tmp_path / "hub" / "quick-tour" / "README.md").is_file()
+    lines = printed.getvalue().splitlines()
+    assert lines[0] == "16 1 " + str(
+        sum(parameter.numel() for parameter in load_tiny(tiny_model_dir).parameters())
+    )
+    assert isinstance(eval(lines[2]), list) and len(eval(lines[2])) == 2  # noqa: S307 - what the page printed
+    assert [set(result) for result in eval(lines[3])] == [{"translation_text"}] * 2  # noqa: S307
+
+
+def load_tiny(folder: Path) -> torch.nn.Module:
+    from transformers import AutoModelForSeq2SeqLM
+
+    return AutoModelForSeq2SeqLM.from_pretrained(folder)
+
+
+# --- figures the documents quote: read from their sources, not from prose copies
+
+
+def results_rows(label: str) -> list[list[str]]:
+    """The cells of RESULTS.md's table row labelled `label` (D1, Q1, ...) and of its continuation rows."""
+    rows, inside = [], False
+    for line in (REPO / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == label:
+            inside = True
+        elif not line.startswith("|") or cells[0]:
+            inside = False
+        if inside:
+            rows.append(cells)
+    return rows
+
+
+def bfloat16_weights_bleu_costs() -> list[float]:
+    """How much lower bfloat16 weights scored than our float32, in each RESULTS decoding row that measured both
+    (D1: one row per engine; D3: one row, engines and scores separated by " / ")."""
+    costs = []
+    for label in ("D1", "D3"):
+        bleu = {}
+        for row in results_rows(label):
+            engines, scores = row[2].split(" / "), row[5].split(" / ")
+            if len(engines) != len(scores):
+                engines, scores = [row[2]], [row[5]]
+            bleu |= {
+                engine.strip(): float(score.split()[0])
+                for engine, score in zip(engines, scores, strict=True)
+                if score.strip() != "–"
+            }
+        weights = next(bleu[engine] for engine in bleu if "bfloat16 weights" in engine)
+        single = next(bleu[engine] for engine in bleu if engine.startswith(("ours float32", "float32")))
+        costs.append(round(single - weights, 2))
+    return costs
+
+
+def test_the_bfloat16_weights_cost_quoted_is_results_own() -> None:
+    costs = bfloat16_weights_bleu_costs()
+    assert all(cost > 0 for cost in costs)
+    quoted = f"{min(costs):.2f}–{max(costs):.2f}"
+    for page in ("docs/decoding.md", "docs/decisions/automatic-bf16.md"):
+        text = " ".join((REPO / page).read_text(encoding="utf-8").split())
+        assert re.search(rf"bfloat16 weights[^.]* {quoted} (BLEU )?lower", text), page
+
+
+def test_the_main_jobs_length_penalty_quoted_is_the_recipes() -> None:
+    from vaswani_transformer.training.recipes import recipe_path
+
+    recipe = yaml.safe_load(recipe_path("tatoeba").read_text(encoding="utf-8"))
+    cpu, gpu = recipe["length_penalty"], recipe["cuda"]["length_penalty"]
+    quoted = f"α {cpu} for the main job's CPU model (the paper's {gpu} elsewhere)"
+    for page in (README, "docs/decoding.md"):
+        assert quoted in (REPO / page).read_text(encoding="utf-8"), page
+    assert f"main job's CPU model {cpu}" in (REPO / "docs" / "decoding.md").read_text(encoding="utf-8")
+
+
+def test_the_tatoeba_size_quoted_is_the_embedded_corpus() -> None:
+    from vaswani_transformer.data import load_tatoeba
+
+    pairs = f"{len(load_tatoeba()[0]):,}"
+    text = (REPO / "docs" / "data.md").read_text(encoding="utf-8")
+    assert text.count(f"{pairs} pairs") == 2 and "150k" not in text
+
+
+def test_the_readmes_speed_ratios_are_current_rows_of_results() -> None:
+    """Every "N×" the README quotes for decoding is in a RESULTS decoding row that is not marked as older code."""
+    readme = (REPO / README).read_text(encoding="utf-8")
+    paragraph = readme[readme.index("Decoding on 2 CPU cores") :].split("\n\n")[0]
+    ratios = re.findall(r"\d+\.\d+×", paragraph)
+    assert ratios
+    labelled: list[tuple[str, str]] = []  # (the row that names the measurement, a row of it)
+    for line in (REPO / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8").splitlines():
+        if re.match(r"\| D\d+ \|", line):
+            labelled.append((line, line))
+        elif line.startswith("| | |") and labelled:
+            labelled.append((labelled[-1][0], line))
+    for ratio in ratios:
+        rows = [label for label, row in labelled if ratio in row]
+        assert rows and not any("code before" in label for label in rows), ratio
+
+
+def test_every_flag_is_spelt_with_underscores_or_dashes() -> None:
+    """What docs/cli.md promises: each option with a `_` in its name takes the `-` spelling too."""
+    hooks = load_hooks()
+    for command, target in COMMANDS.items():
+        for line in hooks.command_help(target).splitlines():
+            names = re.findall(r"(?:^\s+|, )(--[a-z][a-z0-9_-]*)", line)
+            option = line.startswith("  -") and not line.startswith("   ")  # argparse's option lines
+            if option and any("_" in name for name in names):
+                assert {name.replace("_", "-") for name in names} <= set(names), (command, line)
+
+
+def svg_texts(svg: str) -> list[str]:
+    return re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+
+
+def test_the_model_drawing_is_the_configs_and_up_to_date(tmp_path: Path) -> None:
+    """docs/figures.py draws the model from the default config (the paper's base): a fresh drawing says what the
+    committed docs/model.svg says, and both name the base model's sizes."""
+    from vaswani_transformer import VaswaniTransformerConfig
+
+    spec = importlib.util.spec_from_file_location("docs_figures", REPO / "docs" / "figures.py")
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    config = VaswaniTransformerConfig()
+    figures.draw(config, tmp_path / "model.svg")
+    fresh = svg_texts((tmp_path / "model.svg").read_text(encoding="utf-8"))
+    assert fresh == svg_texts((REPO / "docs" / "model.svg").read_text(encoding="utf-8"))
+    assert f"{config.num_encoder_layers}×" in fresh and f"Embedding × √{config.d_model}" in fresh
+    assert f"Multi-head self-attention ({config.num_heads} heads)" in fresh
+    assert any(f"({config.vocab_size:,} × {config.d_model})" in text for text in fresh)
+    assert "(docs/model.svg)" in (REPO / README).read_text(encoding="utf-8")
+    assert "(model.svg)" in (REPO / "docs" / "index.md").read_text(encoding="utf-8")
+
+
+def test_the_site_has_an_address_dark_mode_the_paper_and_every_page_in_its_nav() -> None:
+    """site_url (else the sitemap is empty), a dark palette beside the light one, the paper linked from the nav,
+    and every page, the decisions and the changelog included, reachable from the nav."""
+    config = mkdocs_config()
+    assert config["site_url"].startswith("http")
+    assert {scheme["scheme"] for scheme in config["theme"]["palette"]} == {"default", "slate"}
+    assert "https://arxiv.org/abs/1706.03762" in json.dumps(config["nav"])
+    pages = {str(path.relative_to(REPO)) for path in (REPO / "docs").rglob("*.md")}
+    assert pages == set(nav_pages(config["nav"]))
+    assert "<!-- generated: changelog -->" in (REPO / "docs" / "changelog.md").read_text(encoding="utf-8")
+    assert "## [Unreleased]" in (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+
+
+def test_the_training_pages_sample_log_is_what_the_job_prints(caplog: pytest.LogCaptureFixture) -> None:
+    """docs/training.md's two sample lines, printed by the job's own TrainingProgress from the same figures (the
+    progress line's times masked: they are the clock's)."""
+    from transformers import TrainerControl, TrainerState
+
+    from vaswani_transformer.training.monitoring import TrainingProgress
+
+    text = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
+    progress_line, dev_line = re.search(r"```text\n(step .*?)\n(step .*?)\n```", text).groups()
+    progress = TrainingProgress()
+    state = TrainerState(global_step=500, max_steps=1500)
+    caplog.set_level("INFO")
+    evaluation = {"eval_loss": 3.0, "eval_degenerate": 0.0, "eval_distinct": 0.9}
+    progress.on_log(None, state, TrainerControl(), logs={"eval_bleu": 10.0, **evaluation})
+    state.global_step = 1000
+    logs = {"loss": 3.253, "learning_rate": 1.4e-3, "target_tokens_per_second": 4300.0}
+    progress.on_log(None, state, TrainerControl(), logs=logs)
+    dev = {"eval_bleu": 18.34, "eval_loss": 3.157, "eval_degenerate": 0.0, "eval_distinct": 0.84}
+    progress.on_log(None, state, TrainerControl(), logs=dev)
+
+    def without_times(line: str) -> str:
+        return re.sub(r"\d+:\d\d elapsed, ETA \d+:\d\d", "TIME elapsed, ETA TIME", line)
+
+    assert without_times(caplog.messages[-2]) == without_times(progress_line)
+    assert caplog.messages[-1] == dev_line

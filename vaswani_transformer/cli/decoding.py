@@ -50,7 +50,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         "--length_penalty",
         "--length-penalty",
         type=finite_float,
-        help="length penalty α (default: the model's, 0.6; GNMT form with --engine torch, |Y|^α with ctranslate2), "
+        help="length penalty α (default: the model's: 0.6, the main job's CPU model 1.4; GNMT form with --engine torch, |Y|^α with ctranslate2), "
         f"between -{LENGTH_PENALTY_LIMIT:g} and {LENGTH_PENALTY_LIMIT:g}",
     )
     parser.add_argument(

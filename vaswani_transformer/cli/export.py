@@ -43,6 +43,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--max_positions",
+        "--max-positions",
         type=int,
         default=1024,
         help=f"longest sentence in tokens, source and output (1024; at most {MAX_EXPORT_POSITIONS:,})",

@@ -1,6 +1,7 @@
 r"""Translate text with a trained model: one sentence a line, from files or standard input, to standard output.
 
-Decoding is the model's own (the paper's §6.1: beam 4, length penalty α = 0.6, input length + 50) unless
+Decoding is the model's own (the paper's §6.1: beam 4, length penalty α = 0.6, input length + 50; the main job's
+CPU model keeps the α 1.4 it was tuned with) unless
 --num_beams or --length_penalty say otherwise; batches are sorted by length; progress goes to standard error.
 Blank lines stay blank, so the output has exactly one line per input line (lines end at "\n" only). The same
 holds for every engine: PyTorch (default; --quantize int8 for dynamic int8 linear layers on a CPU), the model's

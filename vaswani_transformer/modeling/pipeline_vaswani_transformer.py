@@ -270,7 +270,8 @@ def translate(
     """Translate `texts` and return the translations in input order (one string for one string).
 
     Blank sources (nothing but whitespace) give empty translations. Decoding uses the model's generation config
-    (for this package: beam 4, GNMT length penalty α = 0.6, output limit = source length + 50, §6.1) unless
+    (for this package: beam 4, GNMT length penalty α = 0.6 or the α a training run saved, output limit = source
+    length + 50, §6.1) unless
     `generate_kwargs` override it; a count below one or a negative length is a ValueError before any decoding.
     It computes in `dtype`, by default `precision.decoding_precision`'s: bfloat16 autocast for float32 weights on
     a CPU or GPU that computes bfloat16 faster at this model's width (its d_model), else the weights' dtype;
