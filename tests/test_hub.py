@@ -12,6 +12,7 @@ import torch
 import yaml
 
 from tests.conftest import WITHOUT_THE_PACKAGE
+from vaswani_transformer import card_text
 from vaswani_transformer.cli import push
 from vaswani_transformer.evaluation import load_for_decoding
 from vaswani_transformer.hub import build_model_card, model_files, write_hub_folder
@@ -85,6 +86,47 @@ def test_model_card_is_filled_from_config_options_and_scores(trained_run) -> Non
     assert run["hardware"] in text and f"{run['steps']:,} steps" in text
     assert f"{run['mixed_precision']} ({run['mixed_precision_chosen_by']})" in text  # the precision, and why
     assert 'AutoModelForSeq2SeqLM.from_pretrained("tester/tatoeba-mini", trust_remote_code=True)' in text
+
+
+def test_main_job_card_names_its_data_cites_in_bibtex_and_states_its_limits(trained_run, monkeypatch) -> None:
+    """Issue 59: the main job's card has a `datasets` entry for the recipe's corpus, BibTeX, Limitations that name
+    what users meet (short sentences, ALL CAPS, run-on lines, its pair, its length penalty), and an install that
+    works (the package is not on PyPI)."""
+    text = str(build_model_card(trained_run.model_dir, "tester/tatoeba-mini"))
+    metadata = card_metadata(text)
+    assert metadata["datasets"] == ["Helsinki-NLP/tatoeba"] and metadata["language"] == ["en", "de"]
+    assert metadata["model-index"][0]["results"][0]["dataset"]["type"] == "Helsinki-NLP/tatoeba"
+    assert "```bibtex\n@inproceedings{vaswani2017attention," in text
+    limitations = text.split("## Limitations")[1].split("## ")[0]
+    assert "short everyday sentences" in limitations and "ALL-CAPS input degenerates" in limitations
+    assert "one run-on sentence" in limitations and "`vaswani-translate --split_sentences`" in limitations
+    assert "Translates English into German only" in limitations
+    assert "at most 128 tokens a side" in limitations  # the recipe's --max_length
+    assert "((5 + |Y|) / 6)^α (α = 1.4)" in limitations  # the recipe's length penalty, as the Usage states
+    assert "pip install vaswani_transformer" not in text and "pip install 'vaswani_transformer[" not in text
+    assert "`pip install -e .` in a clone of its repository, as it is not on PyPI" in text
+    assert "`pip install -e '.[serve]'` in a clone" in text
+    # where the package's metadata names its repository, the card installs from it
+    monkeypatch.setattr(card_text, "_repository_url", lambda: "https://example.org/vaswani_transformer.git")
+    assert card_text.install_command("serve") == (
+        "`pip install 'vaswani_transformer[serve] @ git+https://example.org/vaswani_transformer.git'`"
+    )
+
+
+def test_the_card_s_words_on_the_tatoeba_sentences_hold_for_the_embedded_corpus() -> None:
+    """The Limitations' "a median of 6 English words, 89% under 10", counted in the corpus itself."""
+    import gzip
+    import statistics
+
+    from vaswani_transformer.provenance import TATOEBA_CORPUS
+
+    corpus = Path(card_text.__file__).parent / "data" / "embedded" / "tatoeba_en_de" / "deu.txt.gz"
+    with gzip.open(corpus, "rt", encoding="utf-8") as lines:
+        words = [len(line.split("\t")[0].split()) for line in lines if line.strip()]
+    under_10 = round(100 * sum(count < 10 for count in words) / len(words))
+    assert (
+        f"a median of {statistics.median(words):g} English words, {under_10}% under 10" in TATOEBA_CORPUS.kind
+    )
 
 
 def test_local_dir_loads_and_translates_identically_without_the_package(trained_run, tmp_path: Path) -> None:

@@ -15,12 +15,22 @@ from typing import Any
 
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 
+from .card_text import (
+    decoding_limitation,
+    install_command,
+    language_name,
+    limitations,
+    original_link,
+    requirements,
+)
 from .claims import claimed_output
+from .data.tokenization import lowercases
 from .engines.torch_engine import decoding_settings
 from .evaluation.loading import FSMT_TOKENIZER_FILES, load_for_decoding, tokenizer_files
 from .files import folder_written_whole
 from .modeling.pipeline_vaswani_transformer import translate
 from .modeling.remote_code_vaswani_transformer import ship_translation_pipeline, sibling_imports
+from .provenance import ORIGIN_FILE, VASWANI_BIBTEX, Corpus, Origin, read_origin, training_corpus
 from .trust import check_remote_code
 
 MODELING_FILE = "modeling_vaswani_transformer.py"
@@ -38,27 +48,9 @@ OPTIONAL_FILES = (
     "train_options.json",
     "training_run.json",
     "training_curve.png",
+    ORIGIN_FILE,
 )
 CARD_FILE = "README.md"
-NOT_RECORDED = "not recorded (the folder has no train_options.json, which vaswani-train writes)"
-LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French"}
-MULTI30K_CREDIT = (
-    "Multi30k (Elliott et al., 2016, W16-3210), derived from Flickr30K: for non-commercial research and "
-    "educational use only, as its authors state."
-)
-WMT14_CREDIT = "WMT 2014 English-German (Bojar et al., 2014): see the licences of its component corpora."
-# Hub dataset id, name and credit of each recipe's corpus, for the card (the embedded Tatoeba corpus has no id).
-RECIPE_DATASETS = {
-    "multi30k": ("bentrevett/multi30k", "Multi30k Task 1 (Elliott et al., 2016)", MULTI30K_CREDIT),
-    "wmt14-base": ("wmt/wmt14", "WMT 2014 English-German", WMT14_CREDIT),
-    "wmt14-big": ("wmt/wmt14", "WMT 2014 English-German", WMT14_CREDIT),
-}
-TATOEBA = "Tatoeba English-German sentence pairs (tatoeba.org, via manythings.org/anki)"
-TATOEBA_CREDIT = (  # as corpora/tatoeba_en_de/CREDIT.md
-    "The training pairs are sentences of the Tatoeba Project (https://tatoeba.org) and its contributors, "
-    "paired by https://www.manythings.org/anki/, licensed Creative Commons Attribution 2.0 (CC-BY 2.0 FR, "
-    "https://creativecommons.org/licenses/by/2.0/); attribution: www.manythings.org/anki and tatoeba.org."
-)
 
 
 @dataclass
@@ -74,6 +66,8 @@ class TrainedModel:
     run: dict[str, Any]
     num_parameters: int
     example: tuple[str, str]
+    lowercase: bool  # the tokenizer lowercases its input
+    origin: Origin | None  # the original of a converted model
 
 
 def model_files(folder: Path) -> list[str]:
@@ -131,19 +125,9 @@ def read_trained_model(model_dir: str | Path) -> TrainedModel:
         run=_json(folder / "training_run.json") or {},
         num_parameters=model.num_parameters(),
         example=(source, translation),
+        lowercase=lowercases(tokenizer),
+        origin=read_origin(folder),
     )
-
-
-def _training_data(options: dict[str, Any]) -> tuple[str, str | None, str]:
-    """(description, Hub dataset id or None, credit) of the training corpus."""
-    if not options:
-        return NOT_RECORDED, None, "Not recorded."
-    if options.get("train_source") is None:
-        return TATOEBA, None, TATOEBA_CREDIT
-    files = f"{options['train_source']} / {options.get('train_target')}"
-    default = (None, files, f"Training data: {files}; see its own licence and citation.")
-    hub_id, description, credit = RECIPE_DATASETS.get(options.get("recipe") or "", default)
-    return description, hub_id, credit
 
 
 def _eval_results(trained: TrainedModel, dataset_id: str | None, dataset_name: str) -> list[EvalResult]:
@@ -154,7 +138,7 @@ def _eval_results(trained: TrainedModel, dataset_id: str | None, dataset_name: s
     common = {
         "task_type": "translation",
         "task_name": "Translation",
-        "dataset_type": dataset_id or "tatoeba",
+        "dataset_type": dataset_id or "custom",
         "dataset_name": f"{dataset_name}, test: {_test_set_name(trained)}",
         "dataset_split": "test",
         "metric_type": "bleu",
@@ -243,6 +227,11 @@ def _test_set_name(trained: TrainedModel) -> str:
 def _training_text(trained: TrainedModel, description: str) -> str:
     """The Training section: data, recipe and schedule, hardware and time."""
     options, run = trained.options, trained.run
+    if trained.origin is not None:
+        return (
+            f"Converted by `vaswani-convert {trained.origin.format.lower()}` from {original_link(trained.origin)}, "
+            "its weights unchanged: trained by the original's authors, as its card and paper describe."
+        )
     if not options:
         return "Not recorded: the folder has no train_options.json (vaswani-train writes one)."
     lines = [
@@ -268,9 +257,11 @@ def _length_text(options: dict[str, Any]) -> str:
     return f"{options['max_train_minutes']:g} minutes of training (at most {options['max_steps']:,} updates)"
 
 
-def _training_summary(options: dict[str, Any]) -> str:
+def _training_summary(options: dict[str, Any], origin: Origin | None) -> str:
     """The introduction's claim about training: the paper's loss and optimiser only where the folder records a
     vaswani-train run (a model fine-tuned elsewhere, say with the stock Trainer, may have used anything)."""
+    if origin is not None:
+        return f"Converted from {original_link(origin)} ({origin.format}), its weights unchanged."
     if not options:
         return "How it was trained is not recorded in its folder (no train_options.json)."
     return (
@@ -291,33 +282,45 @@ def _precision_text(run: dict[str, Any]) -> str:
     return f"{run['mixed_precision']} ({chosen_by})" if chosen_by else run["mixed_precision"]
 
 
-def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
-    """The model card of a trained folder: metadata (languages, licence, datasets, model-index) and text."""
-    trained = read_trained_model(model_dir)
-    options, config = trained.options, trained.config
-    source, target = options.get("source_lang"), options.get("target_lang")
-    description, dataset_id, credit = _training_data(options)
-    card_data = ModelCardData(
-        language=[source, target] if options else None,
-        license="apache-2.0",
+def _languages(trained: TrainedModel) -> list[str] | None:
+    """The model's (source, target) languages, as its training options or its original record them."""
+    if trained.options.get("source_lang"):
+        return [trained.options["source_lang"], trained.options["target_lang"]]
+    return trained.origin.languages if trained.origin and trained.origin.languages else None
+
+
+def _card_data(trained: TrainedModel, corpus: Corpus, repo_id: str) -> ModelCardData:
+    """The card's metadata. A converted model keeps its original's licence (none where the original's card
+    states none) and names it as `base_model`; a model trained here is under the package's apache-2.0."""
+    origin = trained.origin
+    return ModelCardData(
+        language=_languages(trained),
+        license=origin.license if origin else "apache-2.0",
         library_name="transformers",
         # no pipeline_tag: "translation" would point the Hub's widget at a pipeline transformers 5 no longer has
         tags=["translation", "vaswani_transformer", "custom_code"],
-        base_model=_recorded_base_model(trained.folder),
-        datasets=[dataset_id] if dataset_id else None,
+        base_model=origin.base_model if origin else _recorded_base_model(trained.folder),
+        datasets=[corpus.hub_id] if corpus.hub_id else None,
         metrics=["bleu"],
         model_name=repo_id.rpartition("/")[2],
-        eval_results=_eval_results(trained, dataset_id, description) or None,
+        eval_results=_eval_results(trained, corpus.hub_id, corpus.description) or None,
     )
+
+
+def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
+    """The model card of a trained or converted folder: metadata (languages, licence, datasets, base model,
+    model-index) and text."""
+    trained = read_trained_model(model_dir)
+    options, config = trained.options, trained.config
+    corpus = training_corpus(options)
+    languages = _languages(trained)
     template = resources.files("vaswani_transformer").joinpath("model_card.md").read_text(encoding="utf-8")
     return ModelCard.from_template(
-        card_data,
+        _card_data(trained, corpus, repo_id),
         template_str=template,
         repo_id=repo_id,
         language_pair=(
-            f"{LANGUAGE_NAMES.get(source, source)}→{LANGUAGE_NAMES.get(target, target)} translation"
-            if options
-            else "translation"
+            f"{'→'.join(map(language_name, languages))} translation" if languages else "translation"
         ),
         example_source_literal=json.dumps(trained.example[0], ensure_ascii=False),
         example_translation_literal=json.dumps(trained.example[1], ensure_ascii=False),
@@ -325,6 +328,9 @@ def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
         decoding_origin=_decoding_origin(config),
         positions=_positions_text(config),
         tokenizer_class=_tokenizer_class(trained.folder),
+        requirements=requirements(_tokenizer_class(trained.folder)),
+        install=install_command(),
+        serve_install=install_command("serve"),
         preset=options.get("preset", "custom"),
         d_model=config.d_model,
         d_ff=config.d_ff,
@@ -334,13 +340,21 @@ def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
         dropout=config.dropout,
         num_parameters=f"{trained.num_parameters:,}",
         vocab_size=f"{config.vocab_size:,}",
-        lowercase_note=", lowercased input" if options.get("lowercase") else "",
+        lowercase_note=", lowercased input" if trained.lowercase else "",
         init_scheme=config.init_scheme,
-        training=_training_text(trained, description),
-        training_summary=_training_summary(options),
-        training_data_short=description.split(" (")[0] if options else "its training data",
+        training=_training_text(trained, corpus.description),
+        training_summary=_training_summary(options, trained.origin),
         evaluation=_evaluation_text(trained),
-        data_credit=credit,
+        limitations=limitations(
+            corpus,
+            trained.origin,
+            languages,
+            options,
+            trained.lowercase,
+            decoding_limitation(trained.decoding, config.length_penalty_type),
+        ),
+        data_credit=f"See {original_link(trained.origin)}." if trained.origin else corpus.credit,
+        citations="\n\n".join([VASWANI_BIBTEX, *(trained.origin.citations if trained.origin else [])]),
     )
 
 

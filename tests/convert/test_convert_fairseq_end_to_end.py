@@ -4,10 +4,12 @@ package that computes what the FSMT model it was made from computes, and tokenis
 from pathlib import Path
 
 import torch
+import yaml
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import vaswani_transformer  # noqa: F401  (registers the model with transformers' Auto classes)
 from tests.convert.fairseq_fixture import HOLDABLE_SIZES, SENTENCES, make_fairseq_checkpoint
+from vaswani_transformer.hub import build_model_card
 
 
 def test_vaswani_convert_fairseq_gives_the_fsmt_models_outputs(tmp_path: Path) -> None:
@@ -32,6 +34,13 @@ def test_vaswani_convert_fairseq_gives_the_fsmt_models_outputs(tmp_path: Path) -
     torch.testing.assert_close(logits, expected, atol=1e-4, rtol=0)
     greedy = {"num_beams": 1, "do_sample": False, "max_new_tokens": 10}
     assert torch.equal(model.generate(**inputs, **greedy), made.model.generate(**inputs, **greedy))
+    # Issue 59: the folder records its origin for the card: fairseq's licence, which covers its released
+    # models, and the citation fairseq asks for, beside Vaswani's
+    card = str(build_model_card(out, "you/wmt16-en-de"))
+    metadata = yaml.safe_load(card.split("---")[1])
+    assert metadata["license"] == "mit" and metadata["language"] == made.model.config.langs
+    assert "@inproceedings{ott2019fairseq," in card and "@inproceedings{vaswani2017attention," in card
+    assert f"Converted by `vaswani-convert fairseq` from `{made.folder.name}`" in card
 
 
 def test_a_checkpoint_whose_stacks_differ_in_width_is_refused_naming_it(tmp_path: Path, capsys) -> None:

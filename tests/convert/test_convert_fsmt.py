@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
@@ -24,6 +25,7 @@ from vaswani_transformer.cli import convert as convert_cli
 from vaswani_transformer.cli import evaluate as evaluate_cli
 from vaswani_transformer.cli import export as export_cli
 from vaswani_transformer.cli import export_onnx as export_onnx_cli
+from vaswani_transformer.cli import push as push_cli
 from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.engines import CTranslate2Translator, load_onnx_model
 from vaswani_transformer.hub import build_model_card
@@ -275,3 +277,67 @@ def test_the_model_card_describes_the_converted_model(converted: Path) -> None:
     assert "fairseq's sinusoidal positions (sines before cosines, counted from 2)" in card
     assert '`FSMTTokenizer.from_pretrained("you/wmt19-en-de")`' in card
     assert "decodes as its original does: beam 5, length penalty α = 1.0 in the form |Y|^α" in card
+
+
+ORIGINAL_CITATION = """@inproceedings{ng2019facebook,
+  title={Facebook FAIR's WMT19 News Translation Task Submission},
+  author={Ng, Nathan and Yee, Kyra and Baevski, Alexei and Ott, Myle and Auli, Michael and Edunov, Sergey},
+  booktitle={Proc. of WMT},
+  year={2019},
+}"""
+# The original's card as the Hub holds it (its licence in the old spelling, transformers' FSMT cards' first form)
+ORIGINAL_CARD = (
+    f"---\nlanguage:\n- en\n- de\nlicense: Apache 2.0\n---\n# FSMT\n\n```bibtex\n{ORIGINAL_CITATION}\n```\n"
+)
+
+
+def test_a_converted_hub_model_s_card_keeps_its_origin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 59: the card of a model converted from the Hub names it as base_model, with its language pair, its
+    licence (not this package's), its citation beside Vaswani's and "converted from" as its training; its Usage and
+    Limitations state the same decoding (its generation_config's |Y|^α and output limit); it says sacremoses."""
+    from huggingface_hub import constants
+
+    from tests.convert.conftest import save_small_fsmt
+    from vaswani_transformer.provenance import ORIGIN_FILE
+
+    repo = tmp_path / "hub-cache" / "models--facebook--wmt19-en-de"
+    snapshot = save_small_fsmt(repo / "snapshots" / ("0" * 40))
+    (snapshot / "README.md").write_text(ORIGINAL_CARD, encoding="utf-8")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40, encoding="utf-8")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    assert convert_cli.main(["fsmt", "facebook/wmt19-en-de", str(tmp_path / "converted")]) == 0
+    hub_folder = tmp_path / "hub"
+    assert (
+        push_cli.main(
+            [str(tmp_path / "converted"), "--repo_id", "you/wmt19-en-de", "--local_dir", str(hub_folder)]
+        )
+        == 0
+    )
+    card = (hub_folder / "README.md").read_text(encoding="utf-8")
+    metadata = yaml.safe_load(card.split("---")[1])
+    assert metadata["base_model"] == "facebook/wmt19-en-de" and metadata["language"] == ["en", "de"]
+    assert metadata["license"] == "apache-2.0"  # the original's, as its card states it
+    assert "@inproceedings{vaswani2017attention," in card and ORIGINAL_CITATION in card
+    assert "Converted by `vaswani-convert fsmt` from [facebook/wmt19-en-de]" in card
+    assert "Not recorded" not in card and "not recorded" not in card
+    assert "beam 5, length penalty α = 1.0 in the form |Y|^α, output limit: 200 tokens" in card  # Usage
+    assert "length penalty |Y|^α (α = 1.0) and an output limit of 200 tokens" in card  # Limitations
+    assert "(5 + |Y|) / 6" not in card and "+ 50" not in card
+    assert "`pip install torch transformers sacremoses`" in card
+    assert "Translates English into German only" in card
+    assert (
+        hub_folder / ORIGIN_FILE
+    ).is_file()  # published with the model: a push of its push keeps the origin
+
+
+def test_a_local_fsmt_folder_without_a_card_claims_no_licence(converted: Path) -> None:
+    """A folder's original states no licence and no Hub id: the card asserts neither, nor this package's licence."""
+    card = str(build_model_card(converted, "you/wmt19-en-de"))
+    metadata = yaml.safe_load(card.split("---")[1])
+    assert "license" not in metadata and "base_model" not in metadata
+    assert metadata["language"] == ["en", "de"]
+    assert "Converted by `vaswani-convert fsmt` from `model`" in card  # the FSMT folder's name

@@ -27,6 +27,7 @@ from ..evaluation.verification import check_finite, check_merges, merges_in, wei
 from ..files import check_apart, check_new_or_empty, check_writable, folder_written_whole, is_local_path
 from ..modeling.configuration_vaswani_transformer import ACTIVATIONS, VaswaniTransformerConfig
 from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from ..provenance import Origin, fairseq_origin, fsmt_origin, write_origin
 from ..trust import check_remote_code, offline_problem
 
 CANNOT_HOLD = "this package's model (the paper's architecture) cannot hold it"
@@ -220,10 +221,11 @@ def convert_fsmt(model: str | Path, out: str | Path, *, overwrite: bool = False,
     """Convert an FSMT model (a transformers folder or Hub id) into a model folder of this package at `out`.
 
     The folder holds this package's config and `model.safetensors`, FSMT's tokenizer files, FSMT's decoding
-    defaults in generation_config.json (beam, |Y|^α length penalty, output limit, decoding from `</s>`) and the
-    remote code every saved folder carries. What this model cannot hold is a ValueError before anything is
-    written, and so is a model whose files ask to run code of their own (`fsmt_config`); OUT is claimed first
-    (`claims.claimed_output`: a second writer stops, naming this one) and written all or nothing
+    defaults in generation_config.json (beam, |Y|^α length penalty, output limit, decoding from `</s>`), the
+    remote code every saved folder carries, and where it came from (`provenance.ORIGIN_FILE`: the Hub id, language
+    pair, and the licence and citations of the original's card). What this model cannot hold is a ValueError
+    before anything is written, and so is a model whose files ask to run code of their own (`fsmt_config`); OUT
+    is claimed first (`claims.claimed_output`: a second writer stops, naming this one) and written all or nothing
     (`files.folder_written_whole`; `choose` names the flag or argument that picks another folder in a refused
     write). Returns `out`.
     """
@@ -232,16 +234,19 @@ def convert_fsmt(model: str | Path, out: str | Path, *, overwrite: bool = False,
     check_apart(choose, out, {"the FSMT model folder": name if is_local_path(name) else None})
     with claimed_output(out, choose):  # a second writer of OUT stops here, naming this one
         check_outputs(out, overwrite, choose)
-        _convert_fsmt_into(name, out, choose)
+        _convert_fsmt_into(name, out, choose, fsmt_origin(name))
     return out
 
 
-def _convert_fsmt_into(name: str | Path, out: Path, choose: str) -> None:
-    """The FSMT model `name` converted and written into `out` whole (its claim already held)."""
+def _convert_fsmt_into(name: str | Path, out: Path, choose: str, origin: Origin) -> None:
+    """The FSMT model `name` converted and written into `out` whole (its claim already held), with its origin
+    and language pair (`provenance.ORIGIN_FILE`, for the model card)."""
     converted, tokenizer = converted_model(str(name))
+    origin.languages = [tokenizer.src_lang, tokenizer.tgt_lang]
     with folder_written_whole(out, choose) as folder:
         converted.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+        write_origin(folder, origin)
 
 
 def convert_fairseq(
@@ -261,7 +266,7 @@ def convert_fairseq(
         fsmt_folder = Path(staging) / "fsmt"
         write_fsmt_folder(Path(checkpoint_dir), fsmt_folder)
         try:
-            _convert_fsmt_into(fsmt_folder, out, choose)
+            _convert_fsmt_into(fsmt_folder, out, choose, fairseq_origin(Path(checkpoint_dir)))
         except ValueError as error:  # a refusal names the folder the user gave, not the temporary one
             raise ValueError(str(error).replace(str(fsmt_folder), str(checkpoint_dir))) from None
     return out
