@@ -4,7 +4,6 @@ import base64
 import importlib
 import json
 import logging
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,12 +13,12 @@ from types import ModuleType
 import pytest
 import torch
 
+# the real corpora's fixture, and the run's one-line count of the tests that skipped without them
+from tests.real_data import pytest_terminal_summary, shared_data  # noqa: F401
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import load_tatoeba
 from vaswani_transformer.training import paper_training_arguments
 from vaswani_transformer.training.options import DEFAULTS
-
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 @pytest.fixture(autouse=True)
@@ -31,21 +30,6 @@ def torch_threads_as_they_were() -> Iterator[None]:
     yield
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """The real corpora beside the checkout (research-only: read, never copied into the repo).
-
-    Missing corpora fail the tests that need them (CI has them: a silent skip would hide untested code), unless
-    VASWANI_SKIP_REAL_DATA=1 says to skip them knowingly; pytest counts those skips.
-    """
-    if SHARED_DATA.is_dir():
-        return SHARED_DATA
-    message = f"{SHARED_DATA} not found: the real-corpus tests need ../shared/data beside the repo"
-    if os.environ.get("VASWANI_SKIP_REAL_DATA") == "1":
-        pytest.skip(message)
-    pytest.fail(f"{message} (or VASWANI_SKIP_REAL_DATA=1 to skip them)", pytrace=False)
 
 
 # The start of a script run in a fresh interpreter in which `import vaswani_transformer` fails: only a saved
