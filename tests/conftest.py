@@ -1,6 +1,7 @@
 """Shared fixtures: tiny model configs, the path to ../shared/data, a fake Hub and a trained miniature run."""
 
 import base64
+import functools
 import importlib
 import json
 import logging
@@ -50,14 +51,22 @@ sys.meta_path.insert(0, NoPackage())
 TINY = {"d_model": 32, "d_ff": 64, "num_encoder_layers": 1, "num_decoder_layers": 1}
 
 
+@functools.cache
+def tatoeba_sample(count: int) -> dict[str, tuple[str, ...]]:
+    """Every 20th embedded Tatoeba pair, `count` of them, by side: read once per run (reading the embedded corpus
+    takes about a second, and the bad-input cases alone want these files 160 times)."""
+    pairs = load_tatoeba()[0].select(range(0, 20 * count, 20))
+    return {side: tuple(pairs[side]) for side in ("source", "target")}
+
+
 def tatoeba_files(tmp_path: Path, count: int) -> dict[str, str]:
     """The first `count` embedded Tatoeba pairs as line-aligned train/test files (no ../shared needed)."""
-    pairs = load_tatoeba()[0].select(range(0, 20 * count, 20))
+    sample = tatoeba_sample(count)
     files = {}
-    for split, rows in (("train", pairs), ("test", pairs.select(range(5)))):
+    for split, size in (("train", count), ("test", 5)):
         for side in ("source", "target"):
             path = tmp_path / f"{split}.{side}"
-            path.write_text("\n".join(rows[side]) + "\n", encoding="utf-8")
+            path.write_text("\n".join(sample[side][:size]) + "\n", encoding="utf-8")
             files[f"{split}_{side}"] = str(path)
     return files
 

@@ -87,6 +87,7 @@ def test_model_card_is_filled_from_config_options_and_scores(trained_run) -> Non
     assert 'AutoModelForSeq2SeqLM.from_pretrained("tester/tatoeba-mini", trust_remote_code=True)' in text
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_local_dir_loads_and_translates_identically_without_the_package(trained_run, tmp_path: Path) -> None:
     saved = json.loads((trained_run.model_dir / "config.json").read_text())  # the run's own folder, too
     assert saved["auto_map"]["AutoModel"] == "modeling_vaswani_transformer.VaswaniTransformerModel"
