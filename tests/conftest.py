@@ -1,10 +1,10 @@
 """Shared fixtures: tiny model configs, the path to ../shared/data, a fake Hub and a trained miniature run."""
 
 import base64
+import functools
 import importlib
 import json
 import logging
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,12 +14,12 @@ from types import ModuleType
 import pytest
 import torch
 
+# the real corpora's fixture, and the run's one-line count of the tests that skipped without them
+from tests.real_data import pytest_terminal_summary, shared_data  # noqa: F401
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import load_tatoeba
 from vaswani_transformer.training import paper_training_arguments
 from vaswani_transformer.training.options import DEFAULTS
-
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 @pytest.fixture(autouse=True)
@@ -31,21 +31,6 @@ def torch_threads_as_they_were() -> Iterator[None]:
     yield
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """The real corpora beside the checkout (research-only: read, never copied into the repo).
-
-    Missing corpora fail the tests that need them (CI has them: a silent skip would hide untested code), unless
-    VASWANI_SKIP_REAL_DATA=1 says to skip them knowingly; pytest counts those skips.
-    """
-    if SHARED_DATA.is_dir():
-        return SHARED_DATA
-    message = f"{SHARED_DATA} not found: the real-corpus tests need ../shared/data beside the repo"
-    if os.environ.get("VASWANI_SKIP_REAL_DATA") == "1":
-        pytest.skip(message)
-    pytest.fail(f"{message} (or VASWANI_SKIP_REAL_DATA=1 to skip them)", pytrace=False)
 
 
 # The start of a script run in a fresh interpreter in which `import vaswani_transformer` fails: only a saved
@@ -66,14 +51,22 @@ sys.meta_path.insert(0, NoPackage())
 TINY = {"d_model": 32, "d_ff": 64, "num_encoder_layers": 1, "num_decoder_layers": 1}
 
 
+@functools.cache
+def tatoeba_sample(count: int) -> dict[str, tuple[str, ...]]:
+    """Every 20th embedded Tatoeba pair, `count` of them, by side: read once per run (reading the embedded corpus
+    takes about a second, and the bad-input cases alone want these files 160 times)."""
+    pairs = load_tatoeba()[0].select(range(0, 20 * count, 20))
+    return {side: tuple(pairs[side]) for side in ("source", "target")}
+
+
 def tatoeba_files(tmp_path: Path, count: int) -> dict[str, str]:
     """The first `count` embedded Tatoeba pairs as line-aligned train/test files (no ../shared needed)."""
-    pairs = load_tatoeba()[0].select(range(0, 20 * count, 20))
+    sample = tatoeba_sample(count)
     files = {}
-    for split, rows in (("train", pairs), ("test", pairs.select(range(5)))):
+    for split, size in (("train", count), ("test", 5)):
         for side in ("source", "target"):
             path = tmp_path / f"{split}.{side}"
-            path.write_text("\n".join(rows[side]) + "\n", encoding="utf-8")
+            path.write_text("\n".join(sample[side][:size]) + "\n", encoding="utf-8")
             files[f"{split}_{side}"] = str(path)
     return files
 

@@ -60,6 +60,7 @@ def test_a_folder_saved_before_loads_and_translates_as_it_did() -> None:
     torch.testing.assert_close(top.values, torch.tensor(EXPECTED["top5_logits"]), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_a_folder_saved_before_loads_without_the_package_and_translates_as_it_did(tmp_path: Path) -> None:
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
     completed = subprocess.run(

@@ -57,6 +57,7 @@ def claim_held_by_another_process(output: Path, kind: str = "folder") -> Iterato
     assert holder.returncode == 0
 
 
+@pytest.mark.slow  # a second process that imports the package
 def test_a_claim_names_its_holder_and_leaves_no_lock_file(tmp_path: Path) -> None:
     output = tmp_path / "new" / "export"
     with claim_held_by_another_process(output) as holder:
@@ -117,6 +118,7 @@ SECOND_WRITERS: dict[str, Callable[[Path, Path], tuple[Callable[[list[str]], int
 }
 
 
+@pytest.mark.slow  # two commands in processes of their own
 @pytest.mark.parametrize("name", SECOND_WRITERS)
 def test_a_second_writer_stops_naming_the_first_and_leaves_its_result_whole(
     name: str, model: Path, run: Path, tmp_path: Path, capsys
@@ -137,6 +139,7 @@ def test_a_second_writer_stops_naming_the_first_and_leaves_its_result_whole(
     )
 
 
+@pytest.mark.slow  # two commands in processes of their own
 def test_a_second_evaluation_of_a_name_stops_before_decoding(model: Path, tmp_path: Path, capsys) -> None:
     scores = model / "conc_scores.json"
     with claim_held_by_another_process(scores, "file") as first:

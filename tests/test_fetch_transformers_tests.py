@@ -51,6 +51,7 @@ def downloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return folders
 
 
+@pytest.mark.slow  # a fresh interpreter that imports transformers' tests
 def test_the_sdists_tests_become_their_own_package_with_our_stand_ins_reused_only_while_whole(
     tmp_path: Path, downloads: list[Path]
 ) -> None:

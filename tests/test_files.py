@@ -148,6 +148,7 @@ def test_writing_over_a_folder_replaces_only_the_files_written(tmp_path: Path) -
     ).read_text() == "new"
 
 
+@pytest.mark.slow  # a fresh interpreter that imports the package
 def test_a_write_past_the_machine_s_limit_names_the_path_and_the_fix(tmp_path: Path) -> None:
     """RLIMIT_FSIZE makes the kernel refuse writes past 64 KB (EFBIG), as a full disk refuses them (ENOSPC)."""
     script = f"""

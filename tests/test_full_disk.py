@@ -21,6 +21,8 @@ import pytest
 from tests.conftest import TINY, tatoeba_files
 from vaswani_transformer.training.checkpoints import checkpoint_problem, find_checkpoints
 
+pytestmark = pytest.mark.slow  # every test runs a command in a fresh interpreter
+
 # A console command's main, run with the kernel's file size limit set once the package is imported.
 LIMITED = """
 import resource, signal, sys

@@ -163,6 +163,7 @@ def test_unknown_items_are_refused_with_the_choices(monkeypatch, capsys) -> None
     assert status == 2 and "--budget_minutes must be positive" in err
 
 
+@pytest.mark.slow  # two fresh interpreters
 def test_the_script_runs_as_a_command() -> None:
     """As a subprocess: the plan exits 0, a bad item exits 2 with the message and no traceback."""
     plan_run = subprocess.run(

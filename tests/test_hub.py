@@ -129,6 +129,7 @@ def test_the_card_s_words_on_the_tatoeba_sentences_hold_for_the_embedded_corpus(
     )
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_local_dir_loads_and_translates_identically_without_the_package(trained_run, tmp_path: Path) -> None:
     saved = json.loads((trained_run.model_dir / "config.json").read_text())  # the run's own folder, too
     assert saved["auto_map"]["AutoModel"] == "modeling_vaswani_transformer.VaswaniTransformerModel"

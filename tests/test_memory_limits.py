@@ -86,6 +86,7 @@ def limit_address_space(limit: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
 
 
+@pytest.mark.slow  # a command in a fresh interpreter
 def test_the_decoding_budget_respects_the_address_space_limit(tmp_path: Path, letter_tokenizer) -> None:
     """Under `ulimit -v 3 GiB` on a machine with more free, a batch needing ~5 GiB passed the check and failed
     with a traceback from torch's allocator; now it is refused before it decodes, naming the limit."""

@@ -44,6 +44,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     return zipfile.ZipFile(path)
 
 
+@pytest.mark.slow  # builds the wheel with pip
 def test_wheel_ships_the_model_card_template_and_the_remote_code(wheel: zipfile.ZipFile) -> None:
     template = REPO / "vaswani_transformer" / "model_card.md"
     assert wheel.read("vaswani_transformer/model_card.md") == template.read_bytes()
@@ -71,6 +72,7 @@ def test_the_repos_model_card_is_a_card_the_push_command_writes() -> None:
     assert [line for line in card.text.splitlines() if line.startswith("## ")] == headings
 
 
+@pytest.mark.slow  # builds the wheel with pip
 def test_every_console_command_is_declared_and_answers_help(wheel: zipfile.ZipFile, capsys) -> None:
     (entry_points,) = [name for name in wheel.namelist() if name.endswith("entry_points.txt")]
     lines = wheel.read(entry_points).decode().splitlines()
@@ -84,6 +86,7 @@ def test_every_console_command_is_declared_and_answers_help(wheel: zipfile.ZipFi
         assert f"usage: {command}" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a fresh interpreter that imports the package
 def test_importing_the_package_prints_no_warnings_of_torchao() -> None:
     """transformers imports torchao whenever it is installed (the int8 extra), and a CPU build of torchao logs
     that its CUDA kernel libraries cannot load: nothing that concerns a user, so importing this package (every

@@ -69,6 +69,7 @@ def test_sigterm_runs_the_cleanup_on_the_way_out_and_is_143(capsys: pytest.Captu
     assert signal.getsignal(signal.SIGTERM) == before  # the command's handler does not outlive it
 
 
+@pytest.mark.slow  # commands in fresh interpreters
 def test_a_closed_standard_output_ends_quietly_with_141() -> None:
     script = (
         "from vaswani_transformer.cli.command import command\n"
@@ -116,6 +117,7 @@ DURING_THE_IMPORTS = {
 }
 
 
+@pytest.mark.slow  # a command in a fresh interpreter per point
 @pytest.mark.parametrize("point", sorted(DURING_THE_IMPORTS))
 @pytest.mark.parametrize(
     ("sent", "status", "said"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]

@@ -67,6 +67,7 @@ def stdin_of(monkeypatch: pytest.MonkeyPatch, raw: bytes | io.RawIOBase) -> None
 # --- streaming
 
 
+@pytest.mark.slow  # a command in a fresh interpreter
 def test_the_first_translations_come_out_while_standard_input_is_still_open(trained_run) -> None:
     """Before streaming, nothing came out until standard input ended: this test's first read would time out."""
     command = [
@@ -245,6 +246,7 @@ POINTS = {
 }
 
 
+@pytest.mark.slow  # a command in a fresh interpreter per point
 @pytest.mark.parametrize("point", sorted(POINTS))
 @pytest.mark.parametrize(
     ("sent", "status", "said"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
@@ -295,6 +297,7 @@ def test_a_signal_during_translation_ends_it_with_one_line(
     assert last_line(text) == said and "Traceback" not in text
 
 
+@pytest.mark.slow  # a command in a fresh interpreter
 def test_a_reader_that_goes_away_ends_translation_quietly(trained_run, tmp_path: Path) -> None:
     """`seq 1500 | vaswani-translate MODEL | head -1` ended with a BrokenPipeError traceback."""
     translate = f"{console('vaswani-translate')} {trained_run.model_dir} --num_beams 1 --device cpu"

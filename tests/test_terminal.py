@@ -21,6 +21,7 @@ def random_folder(trained_run, tmp_path_factory) -> Path:
     return save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("random") / "model")
 
 
+@pytest.mark.slow  # a command in a fresh interpreter
 def test_a_line_typed_at_a_terminal_is_translated_as_soon_as_it_ends(random_folder: Path) -> None:
     """Before, a terminal's lines waited for a buffer of 128 (or Ctrl-D): this read timed out."""
     expected = load_engine(random_folder, EngineOptions(device="cpu")).translate([SENTENCES[0]], num_beams=1)[

@@ -126,6 +126,7 @@ COMMANDS = {
 }
 
 
+@pytest.mark.slow  # a command in a fresh interpreter each
 @pytest.mark.parametrize("command", COMMANDS)
 def test_no_command_runs_a_folders_code_when_standard_input_says_y(command: str, trapped: Path) -> None:
     (trapped.parent / "test.en").write_text(f"{TEXT}\n", encoding="utf-8")
@@ -143,6 +144,7 @@ def test_no_command_runs_a_folders_code_when_standard_input_says_y(command: str,
     assert flag in completed.stderr and "Traceback" not in completed.stderr
 
 
+@pytest.mark.slow  # a command in a fresh interpreter
 def test_convert_fsmt_runs_no_code_of_the_folder_when_standard_input_says_y(tmp_path: Path) -> None:
     folder = booby_trap(save_small_fsmt(tmp_path / "fsmt"))
     completed = module_with_y("convert", "fsmt", str(folder), str(tmp_path / "out"), cwd=tmp_path)
@@ -151,6 +153,7 @@ def test_convert_fsmt_runs_no_code_of_the_folder_when_standard_input_says_y(tmp_
     assert "tokenizer_config.json asks to run code of the model folder" in completed.stderr
 
 
+@pytest.mark.slow  # a command in a fresh interpreter
 def test_the_flag_lets_a_trusted_folder_run_its_code_and_translate(trapped: Path) -> None:
     completed = module_with_y(
         "translate", str(trapped), "--device", "cpu", "--trust_remote_code", cwd=trapped.parent

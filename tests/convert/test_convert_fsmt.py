@@ -150,6 +150,7 @@ print(json.dumps({
 )
 
 
+@pytest.mark.slow  # a fresh interpreter that imports the package
 def test_the_folder_loads_without_the_package(converted: Path, fsmt, tokenizer) -> None:
     arguments = [str(converted), json.dumps(SENTENCES), str(NEW_TOKENS)]
     run = subprocess.run(
@@ -194,6 +195,7 @@ def test_ctranslate2_export_gives_our_greedy_tokens(converted: Path, ours, token
         assert result.hypotheses[0] == expected
 
 
+@pytest.mark.slow  # exports a model to ONNX (dynamo): seconds
 def test_onnx_export_gives_our_tokens(converted: Path, ours, tokenizer, tmp_path: Path) -> None:
     assert export_onnx_cli.main([str(converted), str(tmp_path / "onnx")]) == 0
     exported, _ = load_onnx_model(tmp_path / "onnx")
@@ -206,6 +208,7 @@ def test_onnx_export_gives_our_tokens(converted: Path, ours, tokenizer, tmp_path
             )
 
 
+@pytest.mark.slow  # exports it to ONNX (dynamo) and CTranslate2 through the engines' caches
 def test_translate_and_evaluate_commands_work_on_it(
     converted: Path, fsmt, tokenizer, tmp_path: Path, capsys
 ) -> None:
@@ -272,6 +275,7 @@ def test_the_stock_seq2seq_trainer_fine_tunes_it(converted: Path, tmp_path: Path
     )
 
 
+@pytest.mark.slow  # the card translates an example: a random model decodes to its length limit
 def test_the_model_card_describes_the_converted_model(converted: Path) -> None:
     card = str(build_model_card(converted, "you/wmt19-en-de"))
     assert "fairseq's sinusoidal positions (sines before cosines, counted from 2)" in card

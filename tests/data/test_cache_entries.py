@@ -143,6 +143,7 @@ sys.exit(prepare.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # a fresh interpreter that imports the package
 def test_a_preparation_the_machine_refuses_leaves_nothing_and_names_the_path(tmp_path) -> None:
     run = subprocess.run(
         [sys.executable, "-c", SIZE_LIMITED_PREPARE, *prepare_flags(tmp_path)],

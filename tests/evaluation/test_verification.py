@@ -94,6 +94,7 @@ def test_the_fingerprint_is_saved_and_read_back_without_becoming_a_setting(tmp_p
     assert loaded.architecture_fingerprint() != config.architecture_fingerprint()
 
 
+@pytest.mark.slow  # a fresh interpreter loading four folders
 def test_saved_folders_pass_and_load_with_transformers_alone(trained_run, tmp_path: Path) -> None:
     """The training job's final model and checkpoints, an average of two checkpoints, and a converted FSMT model."""
     checkpoints = sorted(trained_run.output_dir.glob("checkpoint-*"))

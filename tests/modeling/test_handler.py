@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import SENTENCES, save_random_model
 from vaswani_transformer import translate
 from vaswani_transformer.evaluation import load_for_decoding
@@ -32,6 +34,7 @@ print(json.dumps(results))
 """
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_the_endpoint_handler_of_a_saved_folder_translates_as_translate_does(
     trained_run, tmp_path: Path
 ) -> None:

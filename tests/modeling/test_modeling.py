@@ -833,6 +833,7 @@ def test_save_and_from_pretrained_round_trip(tiny_model, source_batch, tmp_path:
     assert loaded.generation_config.num_beams == 4
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_saved_folder_loads_with_remote_code_without_the_package(
     tiny_model, source_batch, tmp_path: Path
 ) -> None:

@@ -108,6 +108,7 @@ def load_tokenizer_in_a_fresh_interpreter(
     return output, float(output.split("seconds")[-1])
 
 
+@pytest.mark.slow  # fresh interpreters
 @pytest.mark.parametrize("folder", ["saved now", "saved before the layout"])
 @pytest.mark.parametrize(
     ("load", "package"),
@@ -137,6 +138,7 @@ def test_the_documented_ways_load_the_tokenizer_without_a_question_a_wait_or_a_w
         assert f"ids {letter_tokenizer('Tom')['input_ids']}" in output
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_auto_tokenizer_without_trust_remote_code_still_asks_as_the_docs_say(
     model, letter_tokenizer, tmp_path
 ) -> None:

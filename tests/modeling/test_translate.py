@@ -333,6 +333,7 @@ def test_a_batch_that_cannot_fit_in_memory_is_refused_before_it_decodes(
     assert "lower --num_beams or --batch_size" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_every_save_carries_the_pipeline_to_a_fresh_interpreter(loaded, tmp_path: Path) -> None:
     """Issue 23, item 1: only vaswani-push shipped the pipeline's code; a folder from save_pretrained (as
     Trainer.save_model and push_to_hub write it) had none. Now every save carries it: without the package, the

@@ -15,6 +15,8 @@ from tests.conftest import SENTENCES, save_random_model
 from tests.serving.server_process import Served, serving
 from vaswani_transformer.engines import EngineOptions, load_engine
 
+pytestmark = pytest.mark.slow  # a server process (a fresh interpreter loading a model)
+
 LIMITS = ("--max_body_bytes", "4096", "--max_characters", "1000", "--max_sentences", "8", "--max_beams", "6")
 
 

@@ -18,6 +18,8 @@ from tests.conftest import SENTENCES, save_random_model
 from tests.serving.server_process import CPU_FLOAT32, ENV, free_port, serve_command, serving
 from vaswani_transformer.engines import EngineOptions, load_engine
 
+pytestmark = pytest.mark.slow  # server processes (fresh interpreters loading a model)
+
 PAIR = ("--source_lang", "en", "--target_lang", "de")
 GREEDY = ("--num_beams", "1")
 SAMPLE_MODEL = (

@@ -14,6 +14,8 @@ from tests.serving.server_process import serving
 from vaswani_transformer.engines import EngineOptions, load_engine
 from vaswani_transformer.plotting import attention_maps
 
+pytestmark = pytest.mark.slow  # a server process and headless Chromium
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",

@@ -145,6 +145,7 @@ def test_checkpoints_without_safetensors_weights_are_refused(tmp_path: Path) -> 
         average_checkpoints([good], good)
 
 
+@pytest.mark.slow  # a command in a fresh interpreter
 def test_cli_averages_the_last_checkpoints_into_run_dir_averaged(tmp_path: Path) -> None:
     for step, fill in ((100, 1.0), (200, 2.0), (300, 6.0)):
         write_checkpoint(tmp_path, step, fill)

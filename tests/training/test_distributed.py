@@ -45,6 +45,7 @@ def losses(run: Path) -> list[float]:
     return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
 
 
+@pytest.mark.slow  # two training processes
 def test_two_processes_train_the_model_one_process_trains_with_twice_the_batch(tmp_path: Path) -> None:
     """2 DDP processes × one token batch per update = 1 process × 2 accumulated batches: the same batches (the
     sampler is seeded alike in every process and each takes every second batch), the same token-mean loss (the
@@ -67,6 +68,7 @@ def test_two_processes_train_the_model_one_process_trains_with_twice_the_batch(t
         torch.testing.assert_close(weights_two[name], tensor, rtol=1e-3, atol=1e-3, msg=name)
 
 
+@pytest.mark.slow  # two training processes
 def test_fsdp_on_two_processes_trains_the_one_process_model_and_saves_an_ordinary_checkpoint(
     tmp_path: Path,
 ) -> None:

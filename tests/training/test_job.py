@@ -162,6 +162,7 @@ def test_final_model_best_is_the_best_dev_checkpoint(shared_data: Path, tmp_path
     torch.testing.assert_close(final.lm_head.weight, best.lm_head.weight)
 
 
+@pytest.mark.slow  # two training jobs
 def test_resume_continues_from_the_last_checkpoint(shared_data: Path, tmp_path: Path, monkeypatch) -> None:
     m30k = shared_data / "multi30k"
     common = {
@@ -192,6 +193,7 @@ def test_resume_continues_from_the_last_checkpoint(shared_data: Path, tmp_path: 
     assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_text() == vocabulary
 
 
+@pytest.mark.slow  # three training jobs
 def test_a_resumed_run_continues_as_recorded_and_a_finished_one_trains_no_further_step(
     tmp_path: Path, caplog
 ) -> None:
@@ -325,6 +327,7 @@ def test_a_run_folder_belongs_to_one_run(tmp_path: Path) -> None:
     assert (other / "thesis.tex").read_text() == "keep"
 
 
+@pytest.mark.slow  # three training jobs
 def test_overwrite_deletes_only_what_a_run_wrote_and_only_after_the_corpora_load(tmp_path: Path) -> None:
     """Issue 22's data loss: --overwrite deleted any folder that merely looked like a run, the user's own files
     included, before the corpora were checked. Now a run folder holding anything else is refused, naming it, and
@@ -632,6 +635,7 @@ def test_a_hand_edited_precision_record_stops_resume_with_the_fix(
     assert named == RunPrecision("no", "--mixed_precision no")  # the flag's way out works
 
 
+@pytest.mark.slow  # a job that trains until its time budget ends, then a resumed one
 def test_a_time_budget_ends_training_with_a_checkpoint_and_resume_keeps_what_is_left(
     tmp_path: Path, caplog
 ) -> None:

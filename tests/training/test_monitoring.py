@@ -215,6 +215,7 @@ print(clock.seconds(), time.monotonic() - began, flush=True)
 """
 
 
+@pytest.mark.slow  # a process stopped for 4 s
 def test_a_sigstop_is_left_out_of_the_time_a_process_ran() -> None:
     """The real thing: a process stopped for 4 s and continued counts about 4 s less than the wall clock, though
     it waited for input all along (a waiting process still wakes the clock's thread on time)."""
