@@ -127,25 +127,29 @@ def value_cell(action: argparse.Action) -> str:
     if action.choices:
         kind = " \\| ".join(f"`{choice}`" for choice in action.choices)
     else:
-        kind = action.metavar or VALUE_KINDS.get(getattr(action.type, "__name__", ""), "text")
+        kind = f"*{action.metavar or VALUE_KINDS.get(getattr(action.type, '__name__', ''), 'text')}*"
     shapes = {"?": "[{}]", "+": "{} …", "*": "[{} …]"}
     return shapes.get(action.nargs, "{}").format(kind) if isinstance(action.nargs, str) else kind
 
 
 def default_cell(action: argparse.Action) -> str:
+    """An option's default, each value on a line of its own (a path is not broken at a letter), or nothing."""
     if action.default is None or action.default is False or action.default in (argparse.SUPPRESS, []):
         return ""
-    return markdown_text(f"`{action.default}`").replace("\\*", "*")
+    values = action.default if isinstance(action.default, list) else [action.default]
+    return "<br>".join(
+        f'<code style="white-space: nowrap">{html.escape(str(value)).replace("|", "&#124;")}</code>'
+        for value in values
+    )
 
 
 def option_rows(command: str, parser: argparse.ArgumentParser, actions: list[argparse.Action]) -> list[str]:
     formatter = argparse.HelpFormatter(parser.prog)
-    rows = ["| option | value | default | what it does |", "| --- | --- | --- | --- |"]
+    rows = ["| option | default | what it does |", "| --- | --- | --- |"]
     for action in actions:
+        option = " ".join(filter(None, [option_cell(command, action), value_cell(action)]))
         help_text = markdown_text(formatter._expand_help(action)) if action.help else ""
-        rows.append(
-            f"| {option_cell(command, action)} | {value_cell(action)} | {default_cell(action)} | {help_text} |"
-        )
+        rows.append(f"| {option} | {default_cell(action)} | {help_text} |")
     return rows
 
 
