@@ -324,7 +324,10 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr[-5000:]
     site = tmp_path / "site"
-    assert "usage: vaswani-train" in (site / "cli" / "index.html").read_text(encoding="utf-8")
+    cli = (site / "cli" / "index.html").read_text(encoding="utf-8")
+    assert 'id="vaswani-train--max_steps"' in cli and 'id="vaswani-serve--max_batch_tokens"' in cli
+    training = (site / "reference" / "training" / "index.html").read_text(encoding="utf-8")
+    assert "_setting(" not in training and 'href="../../cli/#vaswani-train--max_steps"' in training
     assert (site / "main_job_curve.png").is_file()  # benchmarks/ pictures, for the Results page
 
 
