@@ -96,11 +96,27 @@ class Workspace:
         return str(path)
 
 
+# The file system's reason for refusing a write into a folder `read_only` made so.
+REFUSED = "the file system is read-only" if os.geteuid() == 0 else "permission denied"
+
+
+@dataclass(frozen=True)
+class Template:
+    """A message that names a path of the case's workspace, written as docs/errors.md shows it: `{root}` is the
+    workspace's folder, `{train_source}`, `{train_target}`, `{test_source}`, `{test_target}` its corpus files,
+    `{refused}` the file system's reason for refusing a write (`REFUSED`)."""
+
+    text: str
+
+    def format(self, ws: Workspace) -> str:
+        return self.text.format(root=ws.root, refused=REFUSED, **ws.files)
+
+
 @dataclass
 class Case:
     command: str
     arguments: Callable[[Workspace], list[str]]
-    message: str | Callable[[Workspace], str]
+    message: str | Template
     setup: Callable[[Workspace], None] | None = None
 
 
@@ -463,12 +479,6 @@ def read_only(ws: Workspace, name: str) -> Path:
     return folder
 
 
-def refused_write(path: Callable[[Workspace], Path]) -> Callable[[Workspace], str]:
-    """The message of a write `read_only` refuses: the file system's reason, and the path."""
-    reason = "the file system is read-only" if os.geteuid() == 0 else "permission denied"
-    return lambda ws: f"{reason} while writing {path(ws)} ("
-
-
 def prepare_into(cache: str) -> Callable[[Workspace], list[str]]:
     def arguments(ws: Workspace) -> list[str]:
         flags = [item for name, path in ws.files.items() for item in (f"--{name}", path)]
@@ -662,28 +672,24 @@ CACHE_CASES: dict[str, Case] = {  # a cache entry proves itself before reuse
     "translate ctranslate2 cache is a file": Case(
         "translate",
         engine_cache("ctranslate2", "--ctranslate2_cache", under_a_file=False),
-        lambda ws: (
-            f"--ctranslate2_cache {cache_at(ws, False)} is a file: give a folder (it is made if missing)"
-        ),
+        Template("--ctranslate2_cache {train_source} is a file: give a folder (it is made if missing)"),
     ),
     "translate onnx cache is a file": Case(
         "translate",
         engine_cache("onnxruntime", "--onnx_cache", under_a_file=False),
-        lambda ws: f"--onnx_cache {cache_at(ws, False)} is a file: give a folder (it is made if missing)",
+        Template("--onnx_cache {train_source} is a file: give a folder (it is made if missing)"),
     ),
     "translate onnx cache under a file": Case(
         "translate",
         engine_cache("onnxruntime", "--onnx-cache", under_a_file=True),
-        lambda ws: f"--onnx_cache {cache_at(ws, True)} cannot be made: {cache_at(ws, False)} is a file",
+        Template("--onnx_cache {train_source}/cache cannot be made: {train_source} is a file"),
     ),
     "evaluate ctranslate2 cache under a file": Case(
         "evaluate",
         lambda ws: evaluate_with(
             "--engine", "ctranslate2", "--ctranslate2_cache", cache_at(ws, True), "--name", "x"
         )(ws),
-        lambda ws: (
-            f"--ctranslate2_cache {cache_at(ws, True)} cannot be made: {cache_at(ws, False)} is a file"
-        ),
+        Template("--ctranslate2_cache {train_source}/cache cannot be made: {train_source} is a file"),
     ),
     "evaluate verify_cache with torch": Case(
         "evaluate",
@@ -693,25 +699,25 @@ CACHE_CASES: dict[str, Case] = {  # a cache entry proves itself before reuse
     "prepare data cache is a file": Case(
         "prepare",
         lambda ws: prepare_with("--data_cache", cache_at(ws, False))(ws),
-        lambda ws: f"--data_cache {cache_at(ws, False)} is a file: give a folder (it is made if missing)",
+        Template("--data_cache {train_source} is a file: give a folder (it is made if missing)"),
     ),
     "prepare data cache under a file": Case(
         "prepare",
         lambda ws: prepare_with("--data_cache", cache_at(ws, True), "--verify_cache")(ws),
-        lambda ws: f"--data_cache {cache_at(ws, True)} cannot be made: {cache_at(ws, False)} is a file",
+        Template("--data_cache {train_source}/cache cannot be made: {train_source} is a file"),
     ),
 }
 ALL_OR_NOTHING_CASES: dict[str, Case] = {  # writability checked before long work
     "evaluate read-only model folder": Case(
         "evaluate",
         evaluate_with("--name", "x"),
-        refused_write(lambda ws: Path(ws.model) / "x_scores.json"),
+        Template("{refused} while writing {root}/model/x_scores.json ("),
         setup=lambda ws: read_only(ws, "model"),
     ),
     "train read-only output_dir": Case(
         "train",
         lambda ws: [*ws.train_flags(), "--output_dir", str(ws.root / "locked" / "run")],
-        refused_write(lambda ws: ws.root / "locked" / "run"),
+        Template("{refused} while writing {root}/locked/run ("),
         setup=lambda ws: read_only(ws, "locked"),
     ),
     "train read-only data cache": Case(
@@ -723,43 +729,43 @@ ALL_OR_NOTHING_CASES: dict[str, Case] = {  # writability checked before long wor
             "--output_dir",
             ws.new,
         ],
-        refused_write(lambda ws: ws.root / "locked" / "cache"),
+        Template("{refused} while writing {root}/locked/cache ("),
         setup=lambda ws: read_only(ws, "locked"),
     ),
     "prepare read-only data cache": Case(
         "prepare",
         prepare_into("locked/cache"),
-        refused_write(lambda ws: ws.root / "locked" / "cache"),
+        Template("{refused} while writing {root}/locked/cache ("),
         setup=lambda ws: read_only(ws, "locked"),
     ),
     "average read-only output": Case(
         "average",
         lambda ws: [ws.run, "--last", "1", "--output", str(ws.root / "locked" / "averaged")],
-        refused_write(lambda ws: ws.root / "locked" / "averaged"),
+        Template("{refused} while writing {root}/locked/averaged ("),
         setup=lambda ws: read_only(ws, "locked"),
     ),
     "average read-only run, default output": Case(
         "average",
         lambda ws: [ws.run, "--last", "1"],
-        refused_write(lambda ws: Path(ws.run) / "averaged"),
+        Template("{refused} while writing {root}/run/averaged ("),
         setup=lambda ws: read_only(ws, "run"),
     ),
     "plot-positional-encoding read-only output": Case(
         "plot-positional-encoding",
         lambda ws: ["--output", str(ws.root / "locked" / "pe.png")],
-        refused_write(lambda ws: ws.root / "locked" / "pe.png"),
+        Template("{refused} while writing {root}/locked/pe.png ("),
         setup=lambda ws: read_only(ws, "locked"),
     ),
     "plot-positional-encoding replacing a picture in a read-only folder": Case(
         "plot-positional-encoding",
         lambda ws: ["--output", str(ws.root / "locked" / "pe.png")],
-        refused_write(lambda ws: ws.root / "locked" / "pe.png"),
+        Template("{refused} while writing {root}/locked/pe.png ("),
         setup=lambda ws: (ws.write("locked/pe.png", b"an earlier picture"), read_only(ws, "locked")),
     ),
     "plot-attention read-only output_dir": Case(
         "plot-attention",
         lambda ws: [ws.model, "A dog.", "--output_dir", str(ws.root / "locked" / "pictures")],
-        refused_write(lambda ws: ws.root / "locked" / "pictures"),
+        Template("{refused} while writing {root}/locked/pictures ("),
         setup=lambda ws: read_only(ws, "locked"),
     ),
 }
@@ -1013,7 +1019,7 @@ CONVERT_CASES: dict[str, Case] = {
     "convert fsmt: read-only output": Case(
         "convert",
         convert_fsmt_to(lambda ws: str(ws.root / "locked" / "converted")),
-        refused_write(lambda ws: ws.root / "locked" / "converted"),
+        Template("{refused} while writing {root}/locked/converted ("),
         setup=lambda ws: (fsmt_in_workspace()(ws), read_only(ws, "locked")),
     ),
     "convert: no source named": Case("convert", lambda ws: [ws.model, ws.new], "invalid choice"),
@@ -1132,7 +1138,7 @@ RESUME_CASES: dict[str, Case] = {
     "train resume a corpus file changed under its name": Case(
         "train",
         resume_run(),
-        lambda ws: f"--train_target {ws.files['train_target']} is not the corpus the run was made with",
+        Template("--train_target {train_target} is not the corpus the run was made with"),
         setup=corpus_changed_under_its_name,
     ),
     "train resume another embedded corpus": Case(
@@ -1589,7 +1595,7 @@ WRITERS_CASES: dict[str, Case] = {
     "push --local_dir in a read-only folder": Case(
         "push",
         lambda ws: [ws.model, "--repo_id", "tester/x", "--local_dir", str(ws.root / "locked" / "hub")],
-        refused_write(lambda ws: ws.root / "locked" / "hub"),
+        Template("{refused} while writing {root}/locked/hub ("),
         setup=lambda ws: read_only(ws, "locked"),
     ),
 }
@@ -1651,7 +1657,7 @@ def test_bad_input_exits_2_naming_it_before_long_work_and_writes_nothing(
     except SystemExit as exit_:  # argparse's own errors
         status = exit_.code
     error = capsys.readouterr().err
-    message = case.message(workspace) if callable(case.message) else case.message
+    message = case.message.format(workspace) if isinstance(case.message, Template) else case.message
     assert status == 2, error
     assert message in error and "Traceback" not in error
     assert snapshot(workspace.root) == before  # nothing written, nothing lost

@@ -9,6 +9,7 @@
   every bad-input case of tests/test_bad_inputs.py, every console command.
 """
 
+import ast
 import contextlib
 import dataclasses
 import importlib.util
@@ -239,7 +240,7 @@ def test_relative_links_lead_to_files(document: str) -> None:
 
 
 def test_the_errors_page_lists_every_bad_input_case_with_its_message() -> None:
-    from tests.test_bad_inputs import CASES
+    from tests.test_bad_inputs import CASES, Template
 
     hooks = load_hooks()
     listed = {
@@ -249,7 +250,7 @@ def test_the_errors_page_lists_every_bad_input_case_with_its_message() -> None:
     }
     assert set(listed) == set(CASES)
     for name, case in CASES.items():
-        message = case.message if isinstance(case.message, str) else "(computed by the test)"
+        message = case.message.text if isinstance(case.message, Template) else case.message
         assert listed[name] == (case.command, message), name
     table = hooks.bad_input_table()
     assert all(f"| {name} |" in table for name in CASES)
@@ -257,15 +258,53 @@ def test_the_errors_page_lists_every_bad_input_case_with_its_message() -> None:
     assert "<!-- generated: bad-input-cases -->" in (REPO / "docs" / "errors.md").read_text(encoding="utf-8")
 
 
+def test_a_case_message_the_errors_page_cannot_show_stops_the_build() -> None:
+    """A message computed by the test would show nothing readable: only strings and Templates of them pass."""
+    hooks = load_hooks()
+    assert hooks.case_message(ast.parse('Template("{refused} while writing {root}/x (")').body[0].value) == (
+        "{refused} while writing {root}/x ("
+    )
+    with pytest.raises(ValueError, match="must be a string or a Template"):
+        hooks.case_message(ast.parse("lambda ws: f'{ws.root} is a file'").body[0].value)
+
+
 def test_the_cli_reference_is_every_console_command_with_its_help_and_exit_statuses() -> None:
     hooks = load_hooks()
     reference = hooks.cli_reference()
     statuses = hooks.exit_statuses()
-    for command in COMMANDS:
-        assert f"## `{command}`" in reference and f"usage: {command}" in reference
-        assert f"| `{command}` |" in statuses
+    for command, target in hooks.console_commands().items():
+        assert f"## `{command}`" in reference and f"| `{command}` |" in statuses
+        for action in hooks.command_parser(target)._actions:  # every option in a table, with its anchor
+            anchor = f"{command}--{max(action.option_strings or [action.dest], key=len).lstrip('-')}"
+            assert f'<a id="{anchor}" href="#{anchor}">' in reference, anchor
+    assert set(hooks.console_commands()) == set(COMMANDS)
+    assert "\n**data**\n" in reference and "\n**engine**\n" in reference  # the commands' argument groups
+    assert "python scripts/train.py" not in reference and "\nvaswani-train --recipe multi30k " in reference
     assert "3 when training diverged" in statuses  # vaswani-train's "Exit status:" paragraph
     assert "<!-- generated: cli-reference -->" in (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+
+
+def test_the_api_pages_show_the_settings_and_the_config_as_tables() -> None:
+    """TrainOptions' settings (not its signature) and the config's fields and presets, made from the code."""
+    from vaswani_transformer import PRESETS
+    from vaswani_transformer.training.options import DEFAULTS, option_names
+
+    hooks = load_hooks()
+    settings = hooks.train_options()
+    for name in option_names():
+        assert f"[`--{name}`](../cli.md#vaswani-train--{name})" in settings, name
+    assert f"| `{DEFAULTS['max_steps']}` | optimiser updates |" in settings and "_setting(" not in settings
+    assert "| `d_model` | int | `512` |" in hooks.config_fields()
+    assert "| `vocab_size` | int | `37000` |" in hooks.config_fields()
+    presets = hooks.config_presets()
+    assert all(f"| `{name}` |" in presets for name in PRESETS)
+    assert "| `big` | 1024 | 4096 | 16 | 64 | 6 | 6 | 0.3 |" in presets
+    page = (REPO / "docs" / "reference" / "training.md").read_text(encoding="utf-8")
+    assert "show_signature: false" in page and "<!-- generated: train-options -->" in page
+    pages = "".join(path.read_text(encoding="utf-8") for path in (REPO / "docs" / "reference").glob("*.md"))
+    assert (
+        "::: vaswani_transformer.convert" in pages and "::: vaswani_transformer.evaluation.streaming" in pages
+    )
 
 
 def test_every_marker_of_the_site_names_a_generated_part() -> None:
@@ -300,7 +339,10 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr[-5000:]
     site = tmp_path / "site"
-    assert "usage: vaswani-train" in (site / "cli" / "index.html").read_text(encoding="utf-8")
+    cli = (site / "cli" / "index.html").read_text(encoding="utf-8")
+    assert 'id="vaswani-train--max_steps"' in cli and 'id="vaswani-serve--max_batch_tokens"' in cli
+    training = (site / "reference" / "training" / "index.html").read_text(encoding="utf-8")
+    assert "_setting(" not in training and 'href="../../cli/#vaswani-train--max_steps"' in training
     assert (site / "main_job_curve.png").is_file()  # benchmarks/ pictures, for the Results page
 
 

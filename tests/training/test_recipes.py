@@ -8,7 +8,7 @@ import torch
 
 from vaswani_transformer.cli.train import main, parse_options
 from vaswani_transformer.training import TrainOptions, option_names
-from vaswani_transformer.training.options import cuda_section_note
+from vaswani_transformer.training.options import cuda_section_note, option_groups
 from vaswani_transformer.training.recipes import available_recipes, load_recipe, setting_defaults
 from vaswani_transformer.training.run_folder import write_options
 
@@ -119,6 +119,22 @@ def test_help_lists_the_recipes_and_shows_their_values(capsys) -> None:
     text = capsys.readouterr().out
     assert "recipes: multi30k, tatoeba, wmt14-base, wmt14-big" in text
     assert "{data_dir}/multi30k/train.en" in text  # the recipe's value is the shown default
+
+
+def test_help_groups_the_settings_as_options_py_does_and_uses_the_installed_command(capsys) -> None:
+    with pytest.raises(SystemExit):
+        parse_options(["--help"])
+    text = capsys.readouterr().out
+    titles = list(option_groups())
+    assert titles[:3] == ["where the defaults come from", "data", "model and vocabulary"]
+    at = [text.index(f"\n{title}:\n") for title in titles]  # each group a section of its own, in order
+    assert at == sorted(at) and text.index("\n  --max_steps MAX_STEPS") > text.index("\ntraining (§5):\n")
+    assert "python scripts/" not in text and "    vaswani-train --recipe multi30k " in text
+    # --no_health_checks says what it does instead of repeating --health_checks' help and default
+    no_checks = text[text.index("  --no_health_checks") :].split("\n  --")[0]
+    assert (
+        "--health_checks false" in no_checks and "divergence" not in no_checks and "default" not in no_checks
+    )
 
 
 def test_a_recipe_with_an_unknown_setting_is_refused(tmp_path: Path) -> None:

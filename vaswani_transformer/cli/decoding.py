@@ -44,53 +44,55 @@ CUDA_GRAPHS_HELP = (
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """--num_beams, --length_penalty, --batch_size, --engine, --quantize, --dtype, --device, --cuda_graphs,
-    --ctranslate2_cache, --onnx_cache, --verify_cache, --trust_remote_code."""
-    parser.add_argument("--num_beams", "--num-beams", type=int, help="beam size (default: the model's, 4)")
-    parser.add_argument(
+    --ctranslate2_cache, --onnx_cache, --verify_cache, --trust_remote_code, in two groups: decoding, engine."""
+    decoding = parser.add_argument_group("decoding (§6.1)")
+    decoding.add_argument("--num_beams", "--num-beams", type=int, help="beam size (default: the model's, 4)")
+    decoding.add_argument(
         "--length_penalty",
         "--length-penalty",
         type=finite_float,
         help="length penalty α (default: the model's: 0.6, the main job's CPU model 1.4; GNMT form with --engine torch, |Y|^α with ctranslate2), "
         f"between -{LENGTH_PENALTY_LIMIT:g} and {LENGTH_PENALTY_LIMIT:g}",
     )
-    parser.add_argument(
+    decoding.add_argument(
         "--batch_size",
         "--batch-size",
         type=int,
         help=f"sentences per batch (default {BATCH_SIZE}, fewer where a batch of the longest sentences would not "
         "fit in memory)",
     )
-    parser.add_argument("--engine", choices=ENGINES, default="torch", help=ENGINE_HELP)
-    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help=QUANTIZE_HELP)
-    parser.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP)
-    parser.add_argument(
+    engine = parser.add_argument_group("engine")
+    engine.add_argument("--engine", choices=ENGINES, default="torch", help=ENGINE_HELP)
+    engine.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help=QUANTIZE_HELP)
+    engine.add_argument("--dtype", choices=["auto", *DTYPES], default="auto", help=DTYPE_HELP)
+    engine.add_argument(
         "--device",
         default="auto",
         help="cpu, cuda, cuda:1, ... (default: cuda when there is one); one this machine has",
     )
-    parser.add_argument("--cuda_graphs", "--cuda-graphs", action="store_true", help=CUDA_GRAPHS_HELP)
-    parser.add_argument(
+    engine.add_argument("--cuda_graphs", "--cuda-graphs", action="store_true", help=CUDA_GRAPHS_HELP)
+    engine.add_argument(
         "--ctranslate2_cache",
         "--ctranslate2-cache",
         type=Path,
         help="folder of --engine ctranslate2's conversions, one per model content and quantization "
         "(default: HF_HOME/vaswani_transformer/ctranslate2)",
     )
-    parser.add_argument(
+    engine.add_argument(
         "--onnx_cache",
         "--onnx-cache",
         type=Path,
         help="folder of --engine onnxruntime's exports, one per model content "
         "(default: HF_HOME/vaswani_transformer/onnx)",
     )
-    parser.add_argument(
+    engine.add_argument(
         "--verify_cache",
         "--verify-cache",
         action="store_true",
         help="before reusing a cached conversion, check every file's content (SHA-256), not only the sizes and "
         f"the files up to {HASH_ALWAYS_BYTES >> 20} MiB; a damaged one is converted anew",
     )
-    parser.add_argument(TRUST_FLAG, "--trust-remote-code", action="store_true", help=TRUST_HELP)
+    engine.add_argument(TRUST_FLAG, "--trust-remote-code", action="store_true", help=TRUST_HELP)
 
 
 def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> EngineOptions:

@@ -55,7 +55,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
     parser = argparse.ArgumentParser(
         prog="vaswani-evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("model_dir", type=Path, help="folder saved by scripts/train.py (model + tokenizer)")
+    parser.add_argument(
+        "model_dir",
+        type=Path,
+        help="model folder, e.g. the final/ of a vaswani-train run (model + tokenizer)",
+    )
     parser.add_argument("--source", type=Path, required=True, help="source sentences, one a line")
     parser.add_argument("--references", type=Path, required=True, help="reference translations, one a line")
     parser.add_argument(

@@ -53,7 +53,7 @@ POSITIVE = (
 )
 
 
-def _flag(parser: argparse.ArgumentParser, name: str, kind: type, default: object, text: str) -> None:
+def _flag(parser: argparse._ActionsContainer, name: str, kind: type, default: object, text: str) -> None:
     parser.add_argument(f"--{name}", f"--{name.replace('_', '-')}", type=kind, default=default, help=text)
 
 
@@ -63,41 +63,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("model", help="trained model folder (e.g. runs/tatoeba-en-de/final) or Hub id")
     add_decoding_arguments(parser)
-    _flag(parser, "host", str, "127.0.0.1", "address to listen on (default 127.0.0.1: this machine only)")
-    _flag(parser, "port", int, 8000, "port to listen on (default 8000)")
+    server = parser.add_argument_group("server")
+    limits = parser.add_argument_group("batches and limits")
+    access = parser.add_argument_group("access")
+    _flag(server, "host", str, "127.0.0.1", "address to listen on (default 127.0.0.1: this machine only)")
+    _flag(server, "port", int, 8000, "port to listen on (default 8000)")
     _flag(
-        parser, "source_lang", str, None, "the model's source language code (default: as its folder records)"
+        server, "source_lang", str, None, "the model's source language code (default: as its folder records)"
     )
     _flag(
-        parser, "target_lang", str, None, "the model's target language code (default: as its folder records)"
+        server, "target_lang", str, None, "the model's target language code (default: as its folder records)"
     )
-    _flag(parser, "max_batch_tokens", int, 4096, "padded source tokens per decoded batch (default 4096)")
-    _flag(parser, "max_wait_ms", finite_float, 5.0, "how long a sentence waits for others to batch with (ms)")
-    _flag(parser, "max_body_bytes", int, DEFAULTS.max_body_bytes, "largest request body in bytes")
-    _flag(parser, "max_characters", int, DEFAULTS.max_characters, "most characters of text per request")
-    _flag(parser, "max_sentences", int, DEFAULTS.max_sentences, "most sentences per request")
-    _flag(parser, "max_queue", int, DEFAULTS.max_queue, "most sentences waiting to decode; beyond, 503")
-    _flag(parser, "max_beams", int, DEFAULTS.max_beams, "largest num_beams a native request may ask for")
+    _flag(limits, "max_batch_tokens", int, 4096, "padded source tokens per decoded batch (default 4096)")
+    _flag(limits, "max_wait_ms", finite_float, 5.0, "how long a sentence waits for others to batch with (ms)")
+    _flag(limits, "max_body_bytes", int, DEFAULTS.max_body_bytes, "largest request body in bytes")
+    _flag(limits, "max_characters", int, DEFAULTS.max_characters, "most characters of text per request")
+    _flag(limits, "max_sentences", int, DEFAULTS.max_sentences, "most sentences per request")
+    _flag(limits, "max_queue", int, DEFAULTS.max_queue, "most sentences waiting to decode; beyond, 503")
+    _flag(limits, "max_beams", int, DEFAULTS.max_beams, "largest num_beams a native request may ask for")
     _flag(
-        parser,
+        limits,
         "request_timeout",
         finite_float,
         DEFAULTS.request_timeout,
         "seconds a request may take; then 504",
     )
-    _flag(parser, "shutdown_timeout", finite_float, 30.0, "seconds the accepted requests get after a signal")
+    _flag(server, "shutdown_timeout", finite_float, 30.0, "seconds the accepted requests get after a signal")
     _flag(
-        parser, "api_keys", Path, None, "file of API keys, one a line, each optionally followed by its rate"
+        access, "api_keys", Path, None, "file of API keys, one a line, each optionally followed by its rate"
     )
-    _flag(parser, "requests_per_minute", finite_float, None, "requests a minute per key (or client address)")
-    parser.add_argument(
+    _flag(access, "requests_per_minute", finite_float, None, "requests a minute per key (or client address)")
+    access.add_argument(
         "--cors_origins",
         "--cors-origins",
         nargs="+",
         default=[],
         help="web origins whose pages may call the server (default: none)",
     )
-    _flag(parser, "log_level", str, "info", "uvicorn's log level (default info)")
+    _flag(server, "log_level", str, "info", "uvicorn's log level (default info)")
     return parser
 
 

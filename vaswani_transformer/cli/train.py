@@ -4,12 +4,12 @@ Every flag is a setting of `TrainOptions` and a key of the recipe files (`--max_
 recipe sets the defaults for one job; flags given after it override them. Without --recipe the `tatoeba`
 recipe runs: a model on the embedded Tatoeba English-German corpus, sized for a CPU (bigger on a CUDA GPU).
 
-    python scripts/train.py                                   # the main job (recipe tatoeba)
-    python scripts/train.py --recipe multi30k                 # Multi30k En-De from ../shared/data
-    python scripts/train.py --recipe multi30k --data_dir DIR  # ... from DIR/multi30k, DIR/multi30k-tok
-    python scripts/train.py --recipe multi30k --preset base --lr_scale 0.72 --output_dir runs/m30k-base
-    python scripts/train.py --push_to_hub you/tatoeba-en-de --report_to tensorboard   # share, live curves
-    accelerate launch --config_file configs/accelerate/multi_gpu.yaml scripts/train.py --recipe wmt14-base  # 8 GPUs
+    vaswani-train                                   # the main job (recipe tatoeba)
+    vaswani-train --recipe multi30k                 # Multi30k En-De from ../shared/data
+    vaswani-train --recipe multi30k --data_dir DIR  # ... from DIR/multi30k, DIR/multi30k-tok
+    vaswani-train --recipe multi30k --preset base --lr_scale 0.72 --output_dir runs/m30k-base
+    vaswani-train --push_to_hub you/tatoeba-en-de --report_to tensorboard   # share, live curves
+    accelerate launch --multi_gpu --num_processes 8 -m vaswani_transformer.cli.train --recipe wmt14-base  # 8 GPUs
 
 Exit status: 0 on success, 2 for bad options or inputs (found before any training), 3 when training diverged or
 collapsed (the message says what to change; nothing is scored), 4 when --push_to_hub failed (the model is
@@ -40,6 +40,7 @@ from ..training.options import (
     TrainOptions,
     applies_cuda_section,
     cuda_section_note,
+    option_groups,
     option_names,
     recorded_settings,
 )
@@ -51,7 +52,29 @@ WRITE_FAILED = 5  # the exit status of a run that a full disk or read-only folde
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Keeps the docstring's layout and shows every default (the recipe's, when one is given)."""
+    """Keeps the docstring's layout and shows every default (the recipe's, when one is given), but a `--no_FLAG`'s,
+    which is its `--FLAG`'s."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if isinstance(action, argparse._StoreFalseAction):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class GroupedArgumentParser(HfArgumentParser):
+    """HfArgumentParser with TrainOptions' settings in their groups (`option_groups`), and a `--no_FLAG` that says
+    what it does rather than repeating `--FLAG`'s help."""
+
+    def _add_dataclass_arguments(self, dtype: type) -> None:
+        hints = typing.get_type_hints(dtype)
+        for title, group_fields in option_groups().items():
+            group = self.add_argument_group(title)
+            for option in group_fields:
+                option.type = hints[option.name]
+                self._parse_dataclass_field(group, option)
+        for action in self._actions:
+            if action.option_strings[0].startswith("--no_"):
+                action.help = f"--{action.dest} false"
 
 
 def parse_options(
@@ -65,7 +88,9 @@ def parse_options(
     first.add_argument("--cuda_section", "--cuda-section", type=string_to_bool, nargs="?", const=True)
     known = first.parse_known_args(argv)[0]
     cuda = applies_cuda_section(known.cuda_section)
-    parser = HfArgumentParser(TrainOptions, prog=prog, description=description, formatter_class=HelpFormatter)
+    parser = GroupedArgumentParser(
+        TrainOptions, prog=prog, description=description, formatter_class=HelpFormatter
+    )
     parser.epilog = (
         f"recipes: {', '.join(available_recipes())} (vaswani_transformer/training/recipes/*.yaml; every "
         "default: defaults.yaml there)"

@@ -10,7 +10,7 @@ import copy
 import difflib
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -73,6 +73,18 @@ MAY_CHANGE_ON_RESUME = {
 }
 
 
+# TrainOptions' settings by topic, as `vaswani-train --help` and the docs group them: each group from the field
+# named here to the next group's (the fields are in this order).
+GROUP_STARTS = {
+    "recipe": "where the defaults come from",
+    "data_dir": "data",
+    "preset": "model and vocabulary",
+    "output_dir": "training (§5)",
+    "num_beams": "evaluation (§6.1 settings come from the model's generation config)",
+    "push_to_hub": "sharing and logging",
+}
+
+
 class JsonDict(dict):
     """A dict that can also be built from JSON text, so that it can be one command-line value."""
 
@@ -99,7 +111,6 @@ class TrainOptions:
             "defaults (recipes/defaults.yaml)"
         },
     )
-    # --- data
     data_dir: Path = _setting("data_dir", "replaces {data_dir} in the paths below")
     train_source: str | None = _setting(
         "train_source", "source text file (one sentence a line), TSV file or Hub id; none: embedded Tatoeba"
@@ -121,7 +132,6 @@ class TrainOptions:
     )
     test_size: int = _setting("test_size", "embedded Tatoeba: held-out test pairs")
     max_test_sentences: int | None = _setting("max_test_sentences", "score only the first N test pairs")
-    # --- model and vocabulary
     preset: PresetName = _setting("preset", "model size: a configuration of the paper")
     dropout: float | None = _setting("dropout", "residual dropout P_drop (none: the preset's)")
     config_overrides: JsonDict = _setting(
@@ -143,7 +153,6 @@ class TrainOptions:
         "before reusing prepared data, check every file's content (SHA-256), not only the sizes and the files "
         f"up to {HASH_ALWAYS_BYTES >> 20} MiB; a damaged one is prepared anew",
     )
-    # --- training (§5)
     output_dir: Path = _setting("output_dir", "run folder")
     max_tokens: int = _setting(
         "max_tokens", "padded tokens per batch, side and process (paper: 25k over 8 GPUs)"
@@ -198,7 +207,6 @@ class TrainOptions:
         "apply the recipe's cuda: section (none: when a CUDA GPU is present); the run prints and records what "
         "it applied",
     )
-    # --- evaluation (§6.1 settings come from the model's generation config)
     num_beams: int | None = _setting(
         "num_beams",
         "beam size; above 1 kept in the final model's generation config (none: the model's, 4, §6.1)",
@@ -209,7 +217,6 @@ class TrainOptions:
     eval_batch_size: int = _setting("eval_batch_size", "sentences per decoding batch")
     split_compounds: bool = _setting("split_compounds", "WMT14 ##AT## compound splitting")
     examples: list[str] = _setting("examples", "sentences translated at the end")
-    # --- sharing and logging
     push_to_hub: str | None = _setting(
         "push_to_hub", "Hub repo id (user/name): push the final model with its model card"
     )
@@ -393,6 +400,16 @@ def recorded_settings(record: dict[str, Any]) -> dict[str, Any]:
     (which may have moved since)."""
     own = {"resume", "overwrite", "output_dir"}
     return {name: value for name, value in record.items() if name in option_names() - own}
+
+
+def option_groups() -> dict[str, list[Field]]:
+    """TrainOptions' fields by group (`GROUP_STARTS`), in their order: {title: fields}."""
+    groups: dict[str, list[Field]] = {}
+    title = ""
+    for option in fields(TrainOptions):
+        title = GROUP_STARTS.get(option.name, title)
+        groups.setdefault(title, []).append(option)
+    return groups
 
 
 def option_names() -> set[str]:
