@@ -131,7 +131,9 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
         write_training_run(trainer, train_seconds, folder, precision, floor, options.logging_steps)
 
     model_dir = write_final_model(options, trainer, tokenizer, record)
-    scores, dev_scores, examples = evaluate_final_model(options, model_dir, corpora, advice)
+    scores, dev_scores, examples = evaluate_final_model(
+        options, model_dir, corpora, trainer.state.global_step, advice
+    )
     hub_url = push_final_model(options, model_dir) if options.push_to_hub is not None else None
     return TrainResult(model_dir, scores, dev_scores, train_seconds, examples, hub_url)
 
