@@ -1602,6 +1602,28 @@ WRITERS_CASES: dict[str, Case] = {
 CASES |= WRITERS_CASES
 
 
+# Issue 59: every tracker --report_to names is checked before any data preparation or run folder (wandb and
+# mlflow are in no extra of this package)
+TRACKER_CASES: dict[str, Case] = {
+    "train --report_to wandb without wandb": Case(
+        "train",
+        train_with("--report_to", "wandb"),
+        "--report_to wandb needs wandb, which is not installed: pip install wandb.",
+    ),
+    "train --report_to tensorboard mlflow without mlflow": Case(
+        "train",
+        train_with("--report_to", "tensorboard", "mlflow"),
+        "--report_to mlflow needs mlflow, which is not installed: pip install mlflow.",
+    ),
+    "train --report_to a tracker transformers does not know": Case(
+        "train",
+        train_with("--report_to", "wandbb"),
+        "--report_to wandbb: not a tracker transformers logs to; choose from azure_ml, comet_ml, mlflow,",
+    ),
+}
+CASES |= TRACKER_CASES
+
+
 def snapshot(root: Path) -> dict[str, str]:
     """Every path under `root` with its content's hash (links: their target; folders: a mark)."""
     state = {}

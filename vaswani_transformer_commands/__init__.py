@@ -11,16 +11,23 @@ anything of `vaswani_transformer` imports torch and transformers (seconds), and 
 must be in place before that. Each entry point (pyproject.toml's [project.scripts]) puts it in place, then
 imports its command's module (`vaswani_transformer.cli.NAME`) inside it and runs its `main`.
 
+Third-party libraries' warnings and progress bars (transformers' "Loading weights" bar, torchao's and torch's
+import warnings, torch.onnx's notes) concern no user of a command: `quiet_libraries` holds them back while a
+command imports and runs, unless `--verbose` is among its options (`vaswani_transformer.cli.command` takes it out
+of the arguments before the command's parser sees them, and holds back transformers' bars).
+
 A command started with SIGINT ignored (`command &` in a script without job control) keeps ignoring it, as Python
 and every Unix tool do: Ctrl-C at the terminal is meant for the script in the foreground, not for its background
 jobs. SIGTERM ends it all the same.
 """
 
 import importlib
+import logging
 import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
@@ -30,6 +37,22 @@ Main = Callable[[Sequence[str] | None], int]
 INTERRUPTED = 130  # 128 + SIGINT
 BROKEN_PIPE = 141  # 128 + SIGPIPE
 TERMINATED = 143  # 128 + SIGTERM
+
+VERBOSE_FLAG = "--verbose"
+VERBOSE_HELP = (
+    "show the libraries' own warnings and progress bars (transformers, torch, torchao), held back otherwise"
+)
+# The libraries whose log lines a command holds back below errors (torchao's "Failed to load ..._C_mxfp8", torch's
+# _pytree deprecations, torch.onnx's "torchvision is not installed. Skipping torchvision::nms", transformers' notes)
+QUIET_LOGGERS = (
+    "transformers",
+    "huggingface_hub",
+    "accelerate",
+    "torch",
+    "torchao",
+    "datasets",
+    "onnxscript",
+)
 
 
 class Terminated(BaseException):
@@ -87,14 +110,43 @@ def ending_on_signals(run: Callable[[], int]) -> int:
         return BROKEN_PIPE
 
 
+def is_verbose(arguments: Sequence[str]) -> bool:
+    """Whether --verbose is among the options (before a `--` that ends them)."""
+    options = arguments[: arguments.index("--")] if "--" in arguments else arguments
+    return VERBOSE_FLAG in options
+
+
+@contextmanager
+def quiet_libraries(verbose: bool = False) -> Iterator[None]:
+    """The libraries' warnings (Python's and their loggers' below ERROR) held back for the block, unless `verbose`;
+    this package's own warnings still show. Levels and filters are as they were afterwards."""
+    if verbose:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"(?!vaswani_transformer)")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
 def _entry_point(module: str) -> Main:
     """The console command whose `main` is `vaswani_transformer.cli.<module>.main`, imported inside its handling of
     signals."""
 
     def main(argv: Sequence[str] | None = None) -> int:
-        return ending_on_signals(
-            lambda: importlib.import_module(f"vaswani_transformer.cli.{module}").main(argv)
-        )
+        def run() -> int:
+            with quiet_libraries(is_verbose(sys.argv[1:] if argv is None else argv)):
+                command = importlib.import_module(f"vaswani_transformer.cli.{module}")
+            return command.main(argv)
+
+        return ending_on_signals(run)
 
     main.__name__ = main.__qualname__ = module
     main.__doc__ = f"`vaswani_transformer.cli.{module}.main`, imported once signals end it with one line."

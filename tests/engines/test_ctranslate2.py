@@ -11,6 +11,7 @@ from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.cli import export as export_cli
 from vaswani_transformer.engines.ctranslate2 import (
     DECODING_FILE,
+    CTranslate2Engine,
     CTranslate2Translator,
     check_exportable,
     to_ctranslate2,
@@ -71,6 +72,29 @@ def test_exported_model_gives_our_token_log_probabilities_and_greedy_translation
     if which == "learned positions":  # the export must not give the decoder the encoder's table
         encoder, decoder = model.get_encoder().embed_positions, model.get_decoder().embed_positions
         assert not torch.equal(encoder.weight, decoder.weight)
+
+
+# Issue 59: the Python engines take translate()'s decoding names (num_beams=1 was a raw pybind TypeError here).
+# Beam search agrees where no hypothesis ends early (random weights run to the limit): |Y|^α and GNMT's
+# ((5 + |Y|) / 6)^α then rank the beams alike.
+DECODING_SETTINGS = [
+    {"num_beams": 1},
+    {"num_beams": 1, "max_new_tokens": 3},
+    {"num_beams": 3, "length_penalty": 0.0, "max_new_tokens": 4},
+    {"num_beams": 4, "length_penalty": 1.0},
+]
+
+
+@pytest.mark.parametrize("settings", DECODING_SETTINGS, ids=str)
+def test_translator_and_engine_take_translates_decoding_names(settings, random_model_dirs, tmp_path) -> None:
+    model_dir = random_model_dirs["random"]
+    model, tokenizer = load_for_decoding(model_dir, device="cpu", dtype=torch.float32)
+    expected = translate(SENTENCES, model, tokenizer, dtype=torch.float32, **settings)
+    translator = CTranslate2Translator(to_ctranslate2(model_dir, tmp_path / "ct2"))
+    assert translator.translate(SENTENCES, **settings) == expected
+    assert CTranslate2Engine(translator).translate(SENTENCES, **settings) == expected
+    if "max_new_tokens" in settings:  # the limit cut the translations: the setting was used, not dropped
+        assert expected != translate(SENTENCES, model, tokenizer, dtype=torch.float32, num_beams=1)
 
 
 def test_export_writes_the_models_decoding_and_refuses_to_overwrite(trained_run, tmp_path) -> None:

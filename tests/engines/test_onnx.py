@@ -17,6 +17,7 @@ from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.engines import EngineOptions, load_engine, onnx_export
 from vaswani_transformer.engines.onnx_export import GRAPHS, cached_onnx_export, to_onnx
 from vaswani_transformer.engines.onnx_runtime import load_onnx_model
+from vaswani_transformer.engines.torch_engine import OnnxRuntimeEngine
 from vaswani_transformer.evaluation import load_for_decoding
 from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
 
@@ -84,6 +85,15 @@ def test_translate_over_the_graphs_equals_float32_pytorch(exported, pytorch) -> 
     onnx_model, tokenizer = load_onnx_model(exported)
     expected = translate(SENTENCES, *pytorch, batch_size=3, dtype=torch.float32)
     assert translate(SENTENCES, onnx_model, tokenizer, batch_size=3, dtype=torch.float32) == expected
+
+
+@pytest.mark.parametrize(
+    "settings", [{"num_beams": 1, "max_new_tokens": 3}, {"num_beams": 3, "length_penalty": 1.0}], ids=str
+)
+def test_onnx_engine_takes_translates_decoding_names(exported, pytorch, settings) -> None:
+    """Issue 59: every engine's translate takes num_beams, length_penalty and max_new_tokens."""
+    expected = translate(SENTENCES, *pytorch, dtype=torch.float32, **settings)
+    assert OnnxRuntimeEngine(*load_onnx_model(exported)).translate(SENTENCES, **settings) == expected
 
 
 def run_translate(monkeypatch, capsys, text: str, *argv: str) -> list[str]:

@@ -112,3 +112,57 @@ def test_bad_decoding_arguments_are_named_before_any_decoding(
 def test_translate_refuses_several_translations_per_sentence(model, letter_tokenizer) -> None:
     with pytest.raises(ValueError, match="num_return_sequences"):
         translate(SENTENCES, model, letter_tokenizer, num_beams=2, num_return_sequences=2)
+
+
+# Issue 59: what users of transformers 4's translation pipeline bring to this one
+
+
+def test_any_iterable_of_strings_is_taken_a_datasets_column_included(translator) -> None:
+    from datasets import Dataset
+
+    expected = translator(SENTENCES, batch_size=2)
+    column = Dataset.from_dict({"en": SENTENCES})["en"]  # a datasets Column: a TypeError before
+    assert translator(column, batch_size=2) == expected
+    streamed = translator(map(str, SENTENCES), batch_size=2)  # an iterator is translated as it is read
+    assert not isinstance(streamed, list) and list(streamed) == expected
+
+
+def test_return_tensors_gives_the_token_ids_of_the_translation(translator, letter_tokenizer) -> None:
+    texts_only = translator(SENTENCES[:2], num_beams=1)
+    ids_only = translator(SENTENCES[:2], num_beams=1, return_tensors=True)
+    assert all(set(result) == {"translation_token_ids"} for result in ids_only)
+    decoded = [
+        letter_tokenizer.decode(r["translation_token_ids"], skip_special_tokens=True) for r in ids_only
+    ]
+    assert decoded == texts(texts_only)
+    both = translator(SENTENCES[:2], num_beams=1, return_tensors=True, return_text=True)
+    assert texts(both) == texts(texts_only) and all("translation_token_ids" in result for result in both)
+    assert translator(SENTENCES[:2], num_beams=1, return_text=True) == texts_only
+    with pytest.raises(ValueError, match="leaves nothing to return"):
+        translator(SENTENCES[:2], return_text=False)
+
+
+def test_truncation_cuts_a_long_source_to_the_models_positions(model, letter_tokenizer) -> None:
+    translator = pipeline("vaswani-translation", model=model, tokenizer=letter_tokenizer)
+    limit = model.config.max_position_embeddings
+    long = " ".join(["a", "b", "c"] * limit)  # 3 × the positions the model has
+    cut = translate(
+        long, model, letter_tokenizer, num_beams=1, max_new_tokens=5
+    )  # translate() cuts it itself
+    result = translator(long, truncation=True, num_beams=1, max_new_tokens=5)
+    assert texts(result) == [cut]
+    cut_source = " ".join(long.split()[: limit - 1])  # the end of sentence takes the last position
+    assert texts(translator(cut_source, num_beams=1, max_new_tokens=5)) == [cut]
+
+
+def test_src_lang_and_tgt_lang_are_checked_against_the_models_pair(model, letter_tokenizer, tmp_path) -> None:
+    model.save_pretrained(tmp_path)
+    letter_tokenizer.save_pretrained(tmp_path)
+    (tmp_path / "train_options.json").write_text('{"source_lang": "en", "target_lang": "de"}')
+    translator = pipeline("vaswani-translation", model=str(tmp_path))
+    expected = translator(SENTENCES[:2], num_beams=1)
+    assert translator(SENTENCES[:2], num_beams=1, src_lang="en", tgt_lang="de_DE") == expected
+    with pytest.raises(ValueError, match=r"src_lang='fr', but this model translates en to de only"):
+        translator(SENTENCES[:2], src_lang="fr")
+    with pytest.raises(ValueError, match=r"tgt_lang='en', but this model translates en to de only"):
+        translator(SENTENCES[:2], src_lang="en", tgt_lang="en")

@@ -22,6 +22,7 @@ from vaswani_transformer.data.prepared import content_digest
 from vaswani_transformer.modeling import precision_vaswani_transformer as precision
 from vaswani_transformer.modeling.precision_vaswani_transformer import cpu_bf16_decodes_faster
 from vaswani_transformer.training import TrainOptions, check_inputs, final_model, job_data, train_and_evaluate
+from vaswani_transformer.training.monitoring import TrainingCollapsed
 from vaswani_transformer.training.options import MAY_CHANGE_ON_RESUME, option_names
 from vaswani_transformer.training.precision import RunPrecision, precision_name, run_precision
 from vaswani_transformer.training.run_folder import LOCK_FILE, PRECISION_FILE, RunFolderError
@@ -557,18 +558,42 @@ def test_a_vocabulary_of_another_size_than_asked_is_said(tmp_path: Path, caplog,
 
 
 @pytest.mark.parametrize(
-    ("flags", "reason"),
+    ("flags", "steps", "reason"),
     [
-        ({"health_checks": False}, "scoring it anyway: as --no_health_checks asks"),
-        ({"max_steps": 10}, "scoring it anyway: 10 steps are too few to judge (the check starts at step"),
+        ({"health_checks": False}, 10_000, "scoring it anyway: as --no_health_checks asks"),
+        (
+            {"max_steps": 10},
+            10,
+            "scoring it anyway: training ended at step 10, too early to judge (the check",
+        ),
+        # Issue 59: --max_train_minutes 1 stops a 100,000-step run inside its warm-up; "lower the peak learning
+        # rate" (exit 3) was the advice, judged by --max_steps instead of the steps trained
+        (
+            {"max_train_minutes": 1, "warmup_steps": 4000},
+            312,
+            "training ended at step 312, too early to judge (the check starts at step 4000, after the warm-up of "
+            "4000): train longer (a larger --max_train_minutes",
+        ),
     ],
 )
-def test_a_collapsed_final_model_scored_anyway_says_why(tmp_path: Path, caplog, flags, reason) -> None:
+def test_a_collapsed_final_model_scored_anyway_says_why(tmp_path: Path, caplog, flags, steps, reason) -> None:
     """Issue 22, item 14: "scoring it anyway, as asked" was said when nobody had asked."""
     options = TrainOptions(**tatoeba_files(tmp_path, 10), output_dir=tmp_path / "run", **flags)
     with caplog.at_level("WARNING"):
-        final_model._check_final_model(options, ["", "", ""], advice="")
+        final_model._check_final_model(options, steps, ["", "", ""], advice="Lower the peak learning rate")
     assert reason in caplog.text
+    assert "Lower the peak" not in caplog.text
+
+
+def test_a_collapsed_final_model_judged_after_warm_up_is_refused_with_the_advice(tmp_path: Path) -> None:
+    """The same translations after the warm-up are a collapse: no scores, and the learning-rate advice."""
+    options = TrainOptions(
+        **tatoeba_files(tmp_path, 10), output_dir=tmp_path / "run", max_train_minutes=1, warmup_steps=400
+    )
+    with pytest.raises(
+        TrainingCollapsed, match="has collapsed: 100% of the translations are empty.*Lower the peak"
+    ):
+        final_model._check_final_model(options, 400, ["", "", ""], advice="Lower the peak learning rate")
 
 
 def test_a_runs_precision_is_decided_once_by_the_main_process(tmp_path: Path, monkeypatch) -> None:

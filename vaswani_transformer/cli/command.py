@@ -13,13 +13,17 @@ from vaswani_transformer_commands import (
     BROKEN_PIPE,
     INTERRUPTED,
     TERMINATED,
+    VERBOSE_FLAG,
     Interrupted,
     Main,
     Terminated,
     ending_on_signals,
+    is_verbose,
+    quiet_libraries,
 )
 
 from ..modeling.memory_vaswani_transformer import host_room
+from ..quiet_imports import no_transformers_progress_bars
 
 __all__ = [
     "BROKEN_PIPE",
@@ -60,13 +64,22 @@ def out_of_memory_message(command_module: str) -> str:
 
 def command(main: Main) -> Main:
     """A console command's `main`, ending on signals, a closed standard output and a failed allocation as this
-    module says."""
+    module says; the libraries' warnings and progress bars held back unless --verbose is given, which is taken out
+    of the arguments here (`vaswani_transformer_commands.quiet_libraries`)."""
 
     @functools.wraps(main)
     def run(argv: Sequence[str] | None = None) -> int:
+        arguments = list(sys.argv[1:] if argv is None else argv)
+        verbose = is_verbose(arguments)
+        if verbose:
+            arguments.remove(VERBOSE_FLAG)
+
         def within_memory() -> int:
             try:
-                return main(argv)
+                if verbose:
+                    return main(arguments)
+                with quiet_libraries(), no_transformers_progress_bars():
+                    return main(arguments)
             except (MemoryError, RuntimeError) as error:
                 if not is_out_of_memory(error):
                     raise

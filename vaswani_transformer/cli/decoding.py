@@ -5,6 +5,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vaswani_transformer_commands import VERBOSE_FLAG, VERBOSE_HELP
+
 from ..engines.options import DTYPES, ENGINES, QUANTIZATIONS, EngineOptions, check_engine_options
 from ..files import HASH_ALWAYS_BYTES
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE
@@ -44,7 +46,8 @@ CUDA_GRAPHS_HELP = (
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """--num_beams, --length_penalty, --batch_size, --engine, --quantize, --dtype, --device, --cuda_graphs,
-    --ctranslate2_cache, --onnx_cache, --verify_cache, --trust_remote_code, in two groups: decoding, engine."""
+    --ctranslate2_cache, --onnx_cache, --verify_cache, --trust_remote_code, in two groups: decoding, engine;
+    --verbose among the command's own options."""
     decoding = parser.add_argument_group("decoding (§6.1)")
     decoding.add_argument("--num_beams", "--num-beams", type=int, help="beam size (default: the model's, 4)")
     decoding.add_argument(
@@ -93,6 +96,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         f"the files up to {HASH_ALWAYS_BYTES >> 20} MiB; a damaged one is converted anew",
     )
     engine.add_argument(TRUST_FLAG, "--trust-remote-code", action="store_true", help=TRUST_HELP)
+    # for --help: `command` takes --verbose out of the arguments before the parser sees them
+    parser.add_argument(VERBOSE_FLAG, action="store_true", help=VERBOSE_HELP)
 
 
 def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> EngineOptions:
@@ -118,7 +123,8 @@ def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     try:
         check_engine_options(options)
     except ValueError as error:
-        parser.error(str(error))
+        # options that parse but do not go together: the one line that says so, not the usage block before it
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     return options
 
 

@@ -8,6 +8,7 @@ use, a damaged one is converted anew, and a retrained model gets a new one.
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from ..files import (
     write_manifest,
 )
 from ..trust import check_remote_code, load_failure
+
+logger = logging.getLogger(__name__)
 
 CACHE_RECORD = "export.json"  # in a cached conversion: what it was made from
 # The files a conversion reads: weights, configs, tokenizer (never executed or unpickled, only hashed).
@@ -118,6 +121,11 @@ def cached_conversion(
             if problem is None:  # another process converted it while this one waited
                 return final
             discard_damaged_entry(final, problem, choose)
+        # the one line a command says about it: a conversion takes seconds to minutes, once
+        engine = choose.removeprefix("--").removesuffix("_cache")
+        logger.warning(
+            f"converting the model for {engine}, once: cached in {final} (another folder: {choose})"
+        )
         with folder_written_whole(final, choose) as staging:
             convert(staging)
             (staging / CACHE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -50,6 +50,11 @@ CTRANSLATE2_NAMES = {
 }
 
 
+def ctranslate2_options(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Decoding settings in CTranslate2's names: this package's (`CTRANSLATE2_NAMES`) renamed, its own kept."""
+    return {CTRANSLATE2_NAMES.get(name, name): value for name, value in overrides.items()}
+
+
 def _ctranslate2() -> Any:
     """The ctranslate2 module, or an error saying how to install it."""
     try:
@@ -361,15 +366,14 @@ class CTranslate2Translator:
         on_batch: Callable[[int], object] | None = None,
         **overrides: Any,
     ) -> list[str]:
-        """Translations of `texts` in input order; `overrides` are `translate_batch` options (beam_size=1 …);
-        `on_batch` is called with each decoded batch's sentence count.
-
-        Batches are sorted by length as `translate` sorts them, each limited to its longest source + the offset
-        (§6.1); all are queued at once, so that CTranslate2's `inter_threads` decode several in parallel.
-        """
+        """Translations of `texts` in input order; `overrides` are decoding settings in `translate`'s names
+        (num_beams, length_penalty: |Y|^α, max_new_tokens) or `translate_batch`'s own (beam_size …); `on_batch` is
+        called with each decoded batch's sentence count. Batches are sorted by length as `translate` sorts them,
+        each limited to its longest source + the offset (§6.1); all are queued at once, so that CTranslate2's
+        `inter_threads` decode several in parallel."""
         if not texts:
             return []
-        options = {**self.decoding, **overrides}
+        options = {**self.decoding, **ctranslate2_options(overrides)}
         offset, limit = options.pop("max_length_offset"), options.pop("max_decoding_length", None)
         sources = [
             self.tokenizer.convert_ids_to_tokens(ids) for ids in self.tokenizer(list(texts))["input_ids"]
@@ -422,12 +426,12 @@ class CTranslate2Engine:
             batch_size=BATCH_SIZE if batch_size is None else batch_size,
             show_progress=show_progress,
             on_batch=on_batch,
-            **self._options(overrides),
+            **overrides,
         )
 
     def decoding_settings(self, **overrides: Any) -> dict[str, Any]:
         """What `translate` uses, as scores.json records it, in the keys `evaluation.decoding_settings` uses."""
-        options = {**self.translator.decoding, **self._options(overrides)}
+        options = {**self.translator.decoding, **ctranslate2_options(overrides)}
         settings: dict[str, Any] = {
             "engine": self.name,
             "quantization": self.quantize,
@@ -444,7 +448,3 @@ class CTranslate2Engine:
         else:
             settings["max_new_tokens"] = f"longest source in the batch + {options['max_length_offset']}"
         return settings
-
-    @staticmethod
-    def _options(overrides: dict[str, Any]) -> dict[str, Any]:
-        return {CTRANSLATE2_NAMES.get(name, name): value for name, value in overrides.items()}

@@ -30,6 +30,16 @@ from .configuration_vaswani_transformer import PIPELINE_TASK
 from .cuda_graphs_vaswani_transformer import bucket, bucketed_generate, check_cuda_graphs
 from .memory_vaswani_transformer import host_room
 from .precision_vaswani_transformer import autocast_to, decoding_precision
+from .translation_inputs_vaswani_transformer import (
+    as_pipeline_inputs,
+    cap_source_lengths,
+    check_generate_arguments,
+    check_languages,
+    has_words,
+    output_options,
+    recorded_language_pair,
+    translation_results,
+)
 
 # Sentences per decoding batch: beam search drops each sentence once its beams are final, so a larger batch costs
 # few idle rows and takes fewer steps per sentence (docs/decisions/decoding-batches.md).
@@ -39,16 +49,6 @@ logger = logging.getLogger(__name__)
 
 class DecodingBudgetError(ValueError):
     """A batch whose decoding would need more memory than the device has free."""
-
-
-def cap_source_lengths(encodings: list[list[int]], limit: int) -> list[list[int]]:
-    """Sources cut to `limit` tokens (the model's position table), keeping their final EOS; the cut ones are
-    counted in a warning. An unbounded source makes decoding's memory and time unbounded too (a 200,000-character
-    line asked for 102 GB)."""
-    cut = [ids[: limit - 1] + ids[-1:] if len(ids) > limit else ids for ids in encodings]
-    if count := sum(len(ids) > limit for ids in encodings):
-        logger.warning(f"{count:,} source sentence(s) longer than {limit:,} tokens were cut to {limit:,}.")
-    return cut
 
 
 def free_memory_bytes(device: torch.device) -> int | None:
@@ -225,26 +225,6 @@ def decoded_batches(
         pool.shutdown(cancel_futures=True)
 
 
-# generate()'s counts that must be at least one, and lengths that must not be negative
-AT_LEAST_ONE = ("num_beams", "num_return_sequences")
-NOT_NEGATIVE = ("max_length", "max_new_tokens", "min_length", "min_new_tokens")
-
-
-def check_generate_arguments(generate_kwargs: dict[str, Any]) -> None:
-    """Refuse (ValueError, naming the argument) a count below one or a negative length, before any decoding:
-    inside the search they fail far from the call (num_beams=0 divides by zero)."""
-    for name, lowest in [(name, 1) for name in AT_LEAST_ONE] + [(name, 0) for name in NOT_NEGATIVE]:
-        value = generate_kwargs.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < lowest):
-            raise ValueError(f"{name} must be a whole number of at least {lowest}, got {value!r}.")
-
-
-def has_words(ids: Sequence[int], tokenizer: PreTrainedTokenizerBase) -> bool:
-    """Whether a source holds more than the tokens the tokenizer adds (the end of sentence): a blank source
-    translates to an empty string, not to whatever the model makes of an empty sentence."""
-    return len(ids) > tokenizer.num_special_tokens_to_add()
-
-
 @overload
 def translate(
     texts: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, **kwargs: Any
@@ -308,7 +288,8 @@ def translate(
             "with num_return_sequences."
         )
     results = [""] * len(texts)
-    encoded = tokenizer(list(texts), add_special_tokens=True)["input_ids"] if texts else []
+    # verbose=False: cap_source_lengths says what is cut, in place of the tokenizer's "indexing errors" warning
+    encoded = tokenizer(list(texts), add_special_tokens=True, verbose=False)["input_ids"] if texts else []
     sources = [index for index, ids in enumerate(encoded) if has_words(ids, tokenizer)]
     if not sources:
         return results
@@ -364,7 +345,11 @@ class VaswaniTranslationPipeline(Pipeline):
     which holds the paper's decoding (§6.1). Like transformers 4's translation pipeline, one sentence gives a
     list with one result; several give one result per sentence, or a list of them per sentence with
     `num_return_sequences=2`. A list gives a list; a generator or a dataset (`KeyDataset`) gives an iterator that
-    translates as it is read; `batch_size=` batches them. A blank sentence gives an empty translation.
+    translates as it is read; `batch_size=` batches them. A blank sentence gives an empty translation. Any other
+    iterable of strings (a datasets `Column`: `translator(ds["en"])`) is taken too, and transformers 4's options:
+    `return_tensors=True` (the token ids, as "translation_token_ids"), `return_text`, `clean_up_tokenization_spaces`,
+    `truncation=True` (sources cut to the model's positions), `src_lang` and `tgt_lang` (refused when they name
+    another pair than the model records: translation_inputs_vaswani_transformer).
     """
 
     _load_processor = False
@@ -377,22 +362,37 @@ class VaswaniTranslationPipeline(Pipeline):
         self,
         decoding_dtype: torch.dtype | None = None,
         cuda_graphs: bool | None = None,
+        return_text: bool | None = None,
+        return_tensors: bool | None = None,
+        clean_up_tokenization_spaces: bool | None = None,
+        truncation: bool | None = None,
+        src_lang: str | None = None,
+        tgt_lang: str | None = None,
         **generate_kwargs: Any,
     ) -> tuple[dict, dict, dict]:
         check_generate_arguments(generate_kwargs)
         if cuda_graphs:
             check_cuda_graphs(self.model, generate_kwargs)
+        if src_lang is not None or tgt_lang is not None:
+            pair = recorded_language_pair(self.model.config, self.model.config._name_or_path)
+            check_languages(pair, src_lang, tgt_lang)
         forward = dict(generate_kwargs)
         if decoding_dtype is not None:
             forward["decoding_dtype"] = decoding_dtype
         if cuda_graphs is not None:
             forward["cuda_graphs"] = cuda_graphs
-        return {}, forward, {}
+        postprocess = output_options(return_text, return_tensors, clean_up_tokenization_spaces)
+        return ({} if truncation is None else {"truncation": truncation}), forward, postprocess
 
-    def preprocess(self, text: str) -> dict[str, torch.Tensor]:
+    def preprocess(self, text: str, truncation: bool = False) -> dict[str, torch.Tensor]:
         if not isinstance(text, str):
             raise TypeError(f"{PIPELINE_TASK} translates strings, got {type(text).__name__}.")
-        encoding = self.tokenizer(text, return_tensors="pt")
+        limit = (
+            {"truncation": True, "max_length": self.model.config.max_position_embeddings}
+            if truncation
+            else {}
+        )
+        encoding = self.tokenizer(text, return_tensors="pt", **limit)
         return {"input_ids": encoding["input_ids"], "attention_mask": encoding["attention_mask"]}
 
     def _forward(
@@ -427,18 +427,24 @@ class VaswaniTranslationPipeline(Pipeline):
         output_ids[with_words.cpu()] = generated
         return {"output_ids": output_ids}
 
-    def postprocess(self, model_outputs: dict[str, torch.Tensor]) -> dict[str, str] | list[dict[str, str]]:
-        """One sentence's translation, or the list of them when `num_return_sequences` asks for several."""
-        texts = self.tokenizer.batch_decode(model_outputs["output_ids"][0], skip_special_tokens=True)
-        results = [{"translation_text": text.strip()} for text in texts]
-        return results if len(results) > 1 else results[0]
+    def postprocess(
+        self,
+        model_outputs: dict[str, torch.Tensor],
+        return_text: bool = True,
+        return_tensors: bool = False,
+        **decoding: Any,
+    ) -> dict[str, Any] | list[dict[str, Any]]:
+        """One sentence's translation, or the list of them when `num_return_sequences` asks for several: its text
+        and (`return_tensors`) its token ids, as transformers 4's translation pipeline gave them."""
+        return translation_results(
+            self.tokenizer, model_outputs["output_ids"][0], return_text, return_tensors, **decoding
+        )
 
     def __call__(self, inputs: Any, **kwargs: Any) -> Any:
         """One sentence: the list of its translations (one unless `num_return_sequences`). Several (a list or
         tuple): a list with one result per sentence. A generator or a dataset: an iterator of them, translated as
         it is read (transformers' pipelines stream these). Nothing to translate: an empty list."""
-        if isinstance(inputs, tuple):
-            inputs = list(inputs)
+        inputs = as_pipeline_inputs(inputs)
         if isinstance(inputs, Sized) and not isinstance(inputs, str) and len(inputs) == 0:
             return []  # transformers' own call reads the first item to look for chat messages
         results = super().__call__(inputs, **kwargs)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from huggingface_hub import get_token
 from huggingface_hub.utils import validate_repo_id
-from transformers.integrations import is_tensorboard_available
+from transformers.integrations import integration_utils
 
 from ..files import check_writable
 from .checkpoints import TRAINER_STATE_NAME, find_checkpoints, whole_checkpoints
@@ -84,5 +84,33 @@ def _check_sharing(options: TrainOptions) -> None:
             raise ValueError(
                 f"--push_to_hub {options.push_to_hub} needs a Hub token: run `hf auth login` or set HF_TOKEN."
             )
-    if "tensorboard" in options.report_to and not is_tensorboard_available():
-        raise ValueError("--report_to tensorboard needs TensorBoard: pip install tensorboard.")
+    for tracker in options.report_to:
+        _check_tracker(tracker)
+
+
+# What pip installs for a tracker whose package has another name than transformers gives the tracker
+TRACKER_PACKAGES = {
+    "azure_ml": "azureml-core",
+    "dagshub": "dagshub mlflow",
+    "flyte": "flytekit flytekitplugins-deck-standard",
+}
+
+
+def _check_tracker(tracker: str) -> None:
+    """A --report_to tracker must be one transformers logs to, and installed (transformers' own test of each, as
+    `report_to="all"` uses): its callback would fail at the Trainer's start, after the data is prepared."""
+    if tracker in ("all", "none"):
+        return
+    known = integration_utils.INTEGRATION_TO_CALLBACK
+    if tracker not in known:
+        raise ValueError(
+            f"--report_to {tracker}: not a tracker transformers logs to; choose from {', '.join(known)}."
+        )
+    installed = integration_utils.get_available_reporting_integrations()
+    if integration_utils.is_flytekit_available() and integration_utils.is_flyte_deck_standard_available():
+        installed.append("flyte")
+    if tracker not in installed:
+        package = TRACKER_PACKAGES.get(tracker, tracker)
+        raise ValueError(
+            f"--report_to {tracker} needs {package}, which is not installed: pip install {package}."
+        )

@@ -71,9 +71,12 @@ def write_final_model(
     return final_dir
 
 
-def _check_final_model(options: TrainOptions, translations: list[str], advice: str) -> None:
-    """Refuse to report scores of a model that translates every sentence the same way (or into nothing)."""
-    judged = options.health_checks and options.max_steps >= collapse_check_step(options.warmup_steps)
+def _check_final_model(options: TrainOptions, steps: int, translations: list[str], advice: str) -> None:
+    """Refuse to report scores of a model that translates every sentence the same way (or into nothing), once it
+    has trained `steps` updates, past the warm-up, to be judged: a run stopped earlier (by --max_train_minutes, say)
+    is scored with a warning that asks for a longer run, not for another learning rate."""
+    check_step = collapse_check_step(options.warmup_steps)
+    judged = options.health_checks and steps >= check_step
     symptom = translation_symptom(translations)
     if judged and symptom:
         raise TrainingCollapsed(
@@ -83,8 +86,9 @@ def _check_final_model(options: TrainOptions, translations: list[str], advice: s
         why = (
             "as --no_health_checks asks"
             if not options.health_checks
-            else f"{options.max_steps} steps are too few to judge (the check starts at step "
-            f"{collapse_check_step(options.warmup_steps)})"
+            else f"training ended at step {steps}, too early to judge (the check starts at step {check_step}, "
+            f"after the warm-up of {options.warmup_steps}): train longer (a larger --max_train_minutes or "
+            "--max_steps, or --resume the run with one)"
         )
         logger.warning(f"warning: the final model looks collapsed ({symptom}); scoring it anyway: {why}")
 
@@ -126,9 +130,10 @@ def _score(
 
 
 def evaluate_final_model(
-    options: TrainOptions, model_dir: Path, corpora: Corpora, advice: str
+    options: TrainOptions, model_dir: Path, corpora: Corpora, steps: int, advice: str
 ) -> tuple[dict, dict | None, dict[str, str]]:
-    """Load the final model once: check it has not collapsed, score dev and test, translate the examples."""
+    """Load the final model once: check it has not collapsed (after `steps` updates), score dev and test, translate
+    the examples."""
     model, tokenizer = load_for_decoding(model_dir)
     dev_scores = None
     if corpora.dev is not None:
@@ -136,11 +141,11 @@ def evaluate_final_model(
         logger.info(
             f"dev: sacreBLEU {dev_scores['sacrebleu']['score']:.2f} (final model, {len(corpora.dev)} pairs)"
         )
-        _check_final_model(options, dev_hypotheses, advice)
+        _check_final_model(options, steps, dev_hypotheses, advice)
         write_scores(model_dir, dev_hypotheses, dev_scores, name="dev_", choose="--output_dir")
     else:
         sample = list(corpora.train["source"][:SANITY_SAMPLE])
-        _check_final_model(options, translate(sample, model, tokenizer, num_beams=1), advice)
+        _check_final_model(options, steps, translate(sample, model, tokenizer, num_beams=1), advice)
     hypotheses, scores = _score(options, model, tokenizer, corpora.test, corpora.test_references_tokenized)
     write_scores(model_dir, hypotheses, scores, choose="--output_dir")
     examples = list(options.examples)

@@ -130,8 +130,8 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     def record(folder: Path) -> None:
         write_training_run(trainer, train_seconds, folder, precision, floor, options.logging_steps)
 
-    model_dir = write_final_model(options, trainer, tokenizer, record)
-    scores, dev_scores, examples = evaluate_final_model(options, model_dir, corpora, advice)
+    model_dir, steps = write_final_model(options, trainer, tokenizer, record), trainer.state.global_step
+    scores, dev_scores, examples = evaluate_final_model(options, model_dir, corpora, steps, advice)
     hub_url = push_final_model(options, model_dir) if options.push_to_hub is not None else None
     return TrainResult(model_dir, scores, dev_scores, train_seconds, examples, hub_url)
 
