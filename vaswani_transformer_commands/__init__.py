@@ -133,7 +133,8 @@ def quiet_libraries(verbose: bool = False) -> Iterator[None]:
             yield
     finally:
         for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
+            if logger.level == logging.ERROR:  # a library that set its own level on import (torch does) keeps it
+                logger.setLevel(level)
 
 
 def _entry_point(module: str) -> Main:

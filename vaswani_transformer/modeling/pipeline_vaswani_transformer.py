@@ -251,11 +251,10 @@ def translate(
 
     Blank sources (nothing but whitespace) give empty translations. Decoding uses the model's generation config
     (for this package: beam 4, GNMT length penalty α = 0.6 or the α a training run saved, output limit = source
-    length + 50, §6.1) unless
-    `generate_kwargs` override it; a count below one or a negative length is a ValueError before any decoding.
-    It computes in `dtype`, by default `precision.decoding_precision`'s: bfloat16 autocast for float32 weights on
-    a CPU or GPU that computes bfloat16 faster at this model's width (its d_model), else the weights' dtype;
-    `dtype=torch.float32` keeps float32 weights in float32.
+    length + 50, §6.1) unless `generate_kwargs` override it; a count below one or a negative length is a
+    ValueError before any decoding. It computes in `dtype`, by default `precision.decoding_precision`'s: bfloat16
+    autocast for float32 weights on a CPU or GPU that computes bfloat16 faster at this model's width (its
+    d_model), else the weights' dtype; `dtype=torch.float32` keeps float32 weights in float32.
     Sources longer than the model's position table are cut to it (`cap_source_lengths`, with a warning). Batches
     hold `batch_size` sentences, by default `BATCH_SIZE` or fewer where a batch of the longest sources would not
     fit in memory (`batch_size_within_budget`); a batch that would not fit is refused before it decodes
