@@ -20,9 +20,9 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
-from ..data.sentences import Sentence, join_sentences, split_sentences
 from ..engines.load import Engine
 from ..hub import LANGUAGE_NAMES
+from ..modeling.sentences_vaswani_transformer import Sentence, join_sentences, split_sentences
 from ..values import check_length_penalty
 from .batcher import Batcher, Options, QueueFull
 from .limits import ApiError, ApiKeys, RateLimiter, ServerLimits
