@@ -86,7 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
         DEFAULTS.request_timeout,
         "seconds a request may take; then 504",
     )
-    _flag(parser, "shutdown_timeout", finite_float, 30.0, "seconds the accepted requests get after a signal; then 503")
+    _flag(
+        parser,
+        "shutdown_timeout",
+        finite_float,
+        30.0,
+        "seconds the accepted requests get after a signal; then 503",
+    )
     _flag(
         parser, "api_keys", Path, None, "file of API keys, one a line, each optionally followed by its rate"
     )
