@@ -186,8 +186,13 @@ async def soak(url: str, sentences: list[str], clients: int, seconds: float) -> 
         return await load(client, sentences, clients, sys.maxsize, seconds, target=target)
 
 
+def figure(value: float) -> str:
+    """A rate or a ratio: one decimal from 10 on, three significant digits below (a slow CPU's 0.0321)."""
+    return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+
+
 def ratio(rate: float, reference: float | None) -> str:
-    return "" if reference is None else f"{rate / reference:.3g}"
+    return "" if reference is None else figure(rate / reference)
 
 
 @dataclass
@@ -245,7 +250,7 @@ def main() -> None:
         options = EngineOptions(engine=engine, device=args.device, dtype=args.dtype)
         offline_rates[engine], singles[engine] = offline(args.model, options, sentences)
         print(
-            f"{engine}: offline {offline_rates[engine]:.1f} sentences/s, one sentence {singles[engine]:.3f} s"
+            f"{engine}: offline {figure(offline_rates[engine])} sentences/s, one sentence {singles[engine]:.3f} s"
         )
     served = {engine: serve_and_load(args, engine, sentences) for engine in args.engines}
     print(
@@ -258,7 +263,7 @@ def main() -> None:
             rate = result.sentences_per_second
             single_ratio = f"{result.percentile(0.95) / singles[engine]:.2f}" if result.clients == 1 else ""
             print(
-                f"| {engine} | {workload} | {result.clients} | {rate:.1f} | {result.percentile(0.5):.3f} | "
+                f"| {engine} | {workload} | {result.clients} | {figure(rate)} | {result.percentile(0.5):.3f} | "
                 f"{result.percentile(0.95):.3f} | {result.percentile(0.99):.3f} | {result.errors} | "
                 f"{ratio(rate, offline_rates.get('torch'))} | {ratio(rate, offline_rates.get('ctranslate2'))} | "
                 f"{single_ratio} |"
@@ -276,7 +281,7 @@ def main() -> None:
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for engine, (result, before, after) in soaks.items():
         print(
-            f"| {engine} | {args.soak_minutes:g} | {result.clients} | {result.sentences_per_second:.1f} | "
+            f"| {engine} | {args.soak_minutes:g} | {result.clients} | {figure(result.sentences_per_second)} | "
             f"{result.errors} | {before:.0f} | {after:.0f} | {growth(before, after)} |"
         )
 
