@@ -2,17 +2,22 @@
 same sentences in the same run.
 
     python benchmarks/bench_serve.py --model runs/tatoeba-en-de/final
-    python benchmarks/bench_serve.py --model runs/tatoeba-en-de/final --engines ctranslate2 --clients 32 --seconds 600
+    python benchmarks/bench_serve.py --model runs/tatoeba-en-de/final --engines torch --clients 32 --soak_minutes 10
 
 For each engine (--engines, default torch and ctranslate2) the server is started (`vaswani-serve MODEL --engine E`
 on 127.0.0.1 and a free port) and loaded by an asyncio httpx generator: for each count of --clients (1, 8, 32,
 128), that many clients send LibreTranslate requests back to back, each one Tatoeba sentence (workload
 "sentences") or a paragraph of three (workload "paragraphs"), until --requests requests are answered or --seconds
 have passed, whichever is first: the run stops by itself. It prints, per engine, workload and clients: sentences/s,
-p50/p95/p99 latency, errors (any answer but 200, or a transport error), and the ratio of the served sentences/s to
-offline `translate()` (for ctranslate2: CTranslate2's `translate_batch`) on the same sentences in one batched call;
-with one client, p95 over one sentence's offline `translate()` latency; and the server's peak RSS.
-The issue's targets: at 32 clients ≥ 0.8 of offline; one client p95 ≤ 1.2 × a single sentence; 0 errors.
+p50/p95/p99 latency, errors (any answer but 200, or a transport error: a request lost), and the ratio of the served
+sentences/s to offline `translate()` (the torch engine) and to CTranslate2's `translate_batch` (the ctranslate2
+engine), each on the same sentences in one batched call in the same run, for the engines among --engines; with one
+client, p95 over one sentence's offline latency (the same engine's); and the server's RSS after its warm-up and at the
+end (its growth), and its peak. --soak_minutes M then loads each server with --soak_clients (32) for M minutes and
+prints its RSS at the start and the end of the soak.
+The issue's targets: at 32 clients ≥ 0.8 of offline; one client p95 ≤ 1.2 × a single sentence; 0 errors; RSS
+growth ≤ 10% over a 10-minute soak at 32 clients. A miniature run (tests/serving/test_bench_serve.py):
+`--clients 1 2 --requests 6 --seconds 5 --sentences 12 --dtype float32 --device cpu --soak_minutes 0.05`.
 """
 
 import argparse
@@ -71,6 +76,7 @@ async def load(
     requests: int,
     seconds: float,
     per_text: int = 1,
+    target: str = "de",
 ) -> LoadResult:
     """`clients` concurrent senders of `texts` (in turn) to POST /translate, until `requests` are answered or
     `seconds` have passed."""
@@ -84,7 +90,7 @@ async def load(
             counters["sent"] += 1
             started = time.monotonic()
             try:
-                answer = await client.post("/translate", json={"q": text, "source": "auto", "target": "de"})
+                answer = await client.post("/translate", json={"q": text, "source": "auto", "target": target})
                 ok = answer.status_code == 200
             except httpx.HTTPError:
                 ok = False
@@ -109,9 +115,10 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(model: str, engine: str, device: str, port: int) -> subprocess.Popen:
+def start_server(model: str, engine: str, device: str, dtype: str, port: int) -> subprocess.Popen:
     command = [sys.executable, "-m", "vaswani_transformer.cli.serve", model, "--engine", engine]
-    command += ["--device", device, "--port", str(port), "--log_level", "warning", "--max_queue", "100000"]
+    command += ["--device", device, "--dtype", dtype, "--port", str(port), "--log_level", "warning"]
+    command += ["--max_queue", "100000", "--request_timeout", "3600"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + READY_SECONDS
     while time.monotonic() < deadline:
@@ -127,17 +134,22 @@ def start_server(model: str, engine: str, device: str, port: int) -> subprocess.
     raise SystemExit(f"vaswani-serve was not ready within {READY_SECONDS} s")
 
 
-def peak_rss_mb(pid: int) -> float:
-    """The process's peak resident memory (VmHWM), in MB."""
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """The process's resident memory now (VmRSS) or at its peak (VmHWM), in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
 
-def offline(model: str, engine_name: str, device: str, sentences: list[str]) -> tuple[float, float]:
-    """Offline sentences/s of one batched `translate()` call, and one sentence's median latency."""
-    engine = load_engine(model, EngineOptions(engine=engine_name, device=device))
+def growth(start: float, end: float) -> str:
+    return f"{100 * (end - start) / start:+.1f}%"
+
+
+def offline(model: str, options: EngineOptions, sentences: list[str]) -> tuple[float, float]:
+    """Offline sentences/s of one batched `translate()` call (for ctranslate2: `translate_batch`), and one
+    sentence's median latency."""
+    engine = load_engine(model, options)
     engine.translate(sentences[:8])  # warm-up
     started = time.monotonic()
     engine.translate(sentences)
@@ -153,16 +165,65 @@ def offline(model: str, engine_name: str, device: str, sentences: list[str]) -> 
 async def measure(
     url: str, texts: dict[str, list[str]], args: argparse.Namespace
 ) -> list[tuple[str, LoadResult]]:
+    """Each workload at each count of clients, one after the other."""
     results = []
     limits = httpx.Limits(max_connections=max(args.clients) + 8)
     async with httpx.AsyncClient(base_url=url, timeout=args.seconds + 60, limits=limits) as client:
+        target = (await client.get("/languages")).json()[0]["targets"][0]
         for workload, items in texts.items():
             per_text = 1 if workload == "sentences" else SENTENCES_PER_PARAGRAPH
             for clients in args.clients:
-                results.append(
-                    (workload, await load(client, items, clients, args.requests, args.seconds, per_text))
-                )
+                result = await load(client, items, clients, args.requests, args.seconds, per_text, target)
+                results.append((workload, result))
     return results
+
+
+async def soak(url: str, sentences: list[str], clients: int, seconds: float) -> LoadResult:
+    """`clients` clients sending sentences back to back for `seconds`, bounded by time alone."""
+    limits = httpx.Limits(max_connections=clients + 8)
+    async with httpx.AsyncClient(base_url=url, timeout=seconds + 600, limits=limits) as client:
+        target = (await client.get("/languages")).json()[0]["targets"][0]
+        return await load(client, sentences, clients, sys.maxsize, seconds, target=target)
+
+
+def figure(value: float) -> str:
+    """A rate or a ratio: one decimal from 10 on, three significant digits below (a slow CPU's 0.0321)."""
+    return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+
+
+def ratio(rate: float, reference: float | None) -> str:
+    return "" if reference is None else figure(rate / reference)
+
+
+@dataclass
+class Served:
+    """One engine's server run: its load levels, and its RSS after the warm-up, after the levels and at its peak."""
+
+    results: list[tuple[str, LoadResult]]
+    rss_start: float
+    rss_end: float
+    rss_peak: float
+    soaked: tuple[LoadResult, float, float] | None
+
+
+def serve_and_load(args: argparse.Namespace, engine: str, sentences: list[str]) -> Served:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = start_server(args.model, engine, args.device, args.dtype, port)
+    try:
+        start = rss_mb(process.pid)
+        results = asyncio.run(measure(url, workloads(sentences), args))
+        end = rss_mb(process.pid)
+        soaked = None
+        if args.soak_minutes > 0:
+            before = rss_mb(process.pid)
+            result = asyncio.run(soak(url, sentences, args.soak_clients, args.soak_minutes * 60))
+            soaked = (result, before, rss_mb(process.pid))
+        peak = rss_mb(process.pid, "VmHWM")
+    finally:
+        process.terminate()
+        process.wait(timeout=120)
+    return Served(results, start, end, peak, soaked)
 
 
 def main() -> None:
@@ -176,33 +237,52 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60, help="seconds per load level at most")
     parser.add_argument("--sentences", type=int, default=1000, help="Tatoeba sentences used")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto", help="the server's and offline decoding's --dtype")
+    parser.add_argument(
+        "--soak_minutes", type=float, default=0, help="then load each server this long (0: no soak)"
+    )
+    parser.add_argument("--soak_clients", type=int, default=32, help="clients of the soak")
     args = parser.parse_args()
     sentences = list(dict.fromkeys(load_tatoeba()[0]["source"]))[: args.sentences]
-    texts = workloads(sentences)
     print(f"{len(sentences)} Tatoeba sentences; {os.cpu_count()} CPUs")
-    print(
-        "| engine | workload | clients | sentences/s | p50 s | p95 s | p99 s | errors | × offline | p95 / single |"
-    )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    offline_rates, singles = {}, {}
     for engine in args.engines:
-        rate, single = offline(args.model, engine, args.device, sentences)
-        port = free_port()
-        process = start_server(args.model, engine, args.device, port)
-        try:
-            results = asyncio.run(measure(f"http://127.0.0.1:{port}", texts, args))
-            rss = peak_rss_mb(process.pid)
-        finally:
-            process.terminate()
-            process.wait(timeout=120)
-        for workload, result in results:
-            single_ratio = f"{result.percentile(0.95) / single:.2f}" if result.clients == 1 else ""
-            print(
-                f"| {engine} | {workload} | {result.clients} | {result.sentences_per_second:.1f} | "
-                f"{result.percentile(0.5):.3f} | {result.percentile(0.95):.3f} | {result.percentile(0.99):.3f} | "
-                f"{result.errors} | {result.sentences_per_second / rate:.2f} | {single_ratio} |"
-            )
+        options = EngineOptions(engine=engine, device=args.device, dtype=args.dtype)
+        offline_rates[engine], singles[engine] = offline(args.model, options, sentences)
         print(
-            f"{engine}: offline {rate:.1f} sentences/s, one sentence {single:.3f} s; server peak RSS {rss:.0f} MB"
+            f"{engine}: offline {figure(offline_rates[engine])} sentences/s, one sentence {singles[engine]:.3f} s"
+        )
+    served = {engine: serve_and_load(args, engine, sentences) for engine in args.engines}
+    print(
+        "| engine | workload | clients | sentences/s | p50 s | p95 s | p99 s | errors | × translate() "
+        "| × translate_batch | p95 / single |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for engine, run in served.items():
+        for workload, result in run.results:
+            rate = result.sentences_per_second
+            single_ratio = f"{result.percentile(0.95) / singles[engine]:.2f}" if result.clients == 1 else ""
+            print(
+                f"| {engine} | {workload} | {result.clients} | {figure(rate)} | {result.percentile(0.5):.3f} | "
+                f"{result.percentile(0.95):.3f} | {result.percentile(0.99):.3f} | {result.errors} | "
+                f"{ratio(rate, offline_rates.get('torch'))} | {ratio(rate, offline_rates.get('ctranslate2'))} | "
+                f"{single_ratio} |"
+            )
+    for engine, run in served.items():
+        print(
+            f"{engine}: server RSS {run.rss_start:.0f} MB after its warm-up, {run.rss_end:.0f} MB after the "
+            f"loads ({growth(run.rss_start, run.rss_end)}), peak {run.rss_peak:.0f} MB"
+        )
+    soaks = {engine: run.soaked for engine, run in served.items() if run.soaked is not None}
+    if soaks:
+        print(
+            "| engine | soak minutes | clients | sentences/s | errors | RSS start MB | RSS end MB | RSS growth |"
+        )
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for engine, (result, before, after) in soaks.items():
+        print(
+            f"| {engine} | {args.soak_minutes:g} | {result.clients} | {figure(result.sentences_per_second)} | "
+            f"{result.errors} | {before:.0f} | {after:.0f} | {growth(before, after)} |"
         )
 
 

@@ -2,10 +2,12 @@
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,36 @@ REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 START = 300  # seconds the server may take to load and warm up on a busy machine
 CPU_FLOAT32 = ("--device", "cpu", "--dtype", "float32")
+SAMPLE_MODEL = REPO / "tests" / "samples" / "saved_before_the_layout" / "model"  # small, random weights
+
+
+def sample_folder(folder: Path) -> Path:
+    """The small saved sample model (no training needed), copied to `folder` with the pair en→de recorded as
+    `vaswani-train` records it (train_options.json)."""
+    shutil.copytree(SAMPLE_MODEL, folder)
+    (folder / "train_options.json").write_text('{"source_lang": "en", "target_lang": "de"}', encoding="utf-8")
+    return folder
+
+
+def until(condition, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not come true in time"
+        time.sleep(0.05)
+
+
+def post_in_thread(url: str, body: dict, answers: list, **options) -> threading.Thread:
+    """POST `body` to `url` from a thread; the answer (or the transport error) is appended to `answers`."""
+
+    def post() -> None:
+        try:
+            answers.append(httpx.post(url, json=body, timeout=120, **options))
+        except httpx.TransportError as error:
+            answers.append(error)
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    return thread
 
 
 def free_port() -> int:

@@ -1,54 +1,35 @@
 """`vaswani-serve` (issue 62) under faults, the real server in a subprocess: a full queue (503, then recovery), a
-client that goes away (its sentences dropped), API keys and rates, the per-request timeout, SIGTERM in the middle
-of a load (every accepted request answered, exit 0), and a model folder that does not load (exit 2 before it
-listens)."""
+client that goes away (its sentences dropped), API keys and rates, the per-request timeout, and a model folder that
+does not load (exit 2 before it listens). Signals in the middle of a load: test_shutdown.py."""
 
-import shutil
-import signal
 import socket
 import subprocess
-import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.conftest import SENTENCES, save_random_model
-from tests.serving.server_process import CPU_FLOAT32, ENV, free_port, serve_command, serving
-from vaswani_transformer.engines import EngineOptions, load_engine
+from tests.serving.server_process import (
+    CPU_FLOAT32,
+    ENV,
+    free_port,
+    post_in_thread,
+    sample_folder,
+    serve_command,
+    serving,
+    until,
+)
 
 pytestmark = pytest.mark.slow  # server processes (fresh interpreters loading a model)
 
 PAIR = ("--source_lang", "en", "--target_lang", "de")
 GREEDY = ("--num_beams", "1")
-SAMPLE_MODEL = (
-    Path(__file__).resolve().parents[1] / "samples" / "saved_before_the_layout" / "model"
-)  # short decoding on a busy machine
 
 
 @pytest.fixture(scope="module")
 def random_folder(trained_run, tmp_path_factory) -> Path:
     return save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("random") / "model")
-
-
-def until(condition, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not come true in time"
-        time.sleep(0.05)
-
-
-def post_in_thread(url: str, body: dict, answers: list, **options) -> threading.Thread:
-    def post() -> None:
-        try:
-            answers.append(httpx.post(url, json=body, timeout=120, **options))
-        except httpx.TransportError as error:
-            answers.append(error)
-
-    thread = threading.Thread(target=post)
-    thread.start()
-    return thread
 
 
 def test_a_full_queue_answers_503_and_recovers_and_a_client_that_goes_away_is_dropped(
@@ -104,54 +85,22 @@ def test_api_keys_rates_and_the_request_timeout(random_folder: Path, tmp_path: P
         assert native.status_code == 200, native.text
 
 
-def test_sigterm_during_a_load_answers_every_accepted_request_and_exits_0(tmp_path: Path) -> None:
-    """The pair is the one the folder records (train_options.json). Eight requests wait together in the queue when
-    SIGTERM comes: each is answered with its translation, a new one is refused, and the server exits 0."""
-    folder = tmp_path / "model"
-    shutil.copytree(SAMPLE_MODEL, folder)  # a small saved model (random weights): no training needed
-    (folder / "train_options.json").write_text('{"source_lang": "en", "target_lang": "de"}', encoding="utf-8")
-    engine = load_engine(folder, EngineOptions(device="cpu", dtype="float32"))
-    sentences = [*SENTENCES, "Run!", "Who are you?", "It is raining."]
-    # they wait up to 60 s for company: the signal makes them decode at once
-    with serving(folder, *GREEDY, "--max_wait_ms", "60000", "--shutdown_timeout", "120") as server:
-        answers: list = []
-        body = {"source": "en", "target": "de"}
-        threads = [
-            post_in_thread(f"{server.url}/translate", {**body, "q": sentence}, answers)
-            for sentence in sentences
-        ]
-        until(lambda: server.metric("vaswani_queue_sentences") == len(sentences))
-        server.process.send_signal(signal.SIGTERM)
-        until(lambda: "SIGTERM" in server.stderr())
-        try:
-            refused = httpx.post(f"{server.url}/translate", json={**body, "q": "Hi."}, timeout=30)
-            assert refused.status_code == 503 and "shutting down" in refused.json()["error"]
-        except httpx.TransportError:
-            pass  # or it no longer listens: either way, not accepted
-        for thread in threads:
-            thread.join(timeout=180)
-        assert server.process.wait(timeout=180) == 0, server.stderr()[-3000:]
-        assert "Traceback" not in server.stderr()
-    # the eight decoded as one batch, as translate() decodes them
-    assert [answer.status_code for answer in answers] == [200] * len(sentences)
-    translated = sorted(answer.json()["translatedText"] for answer in answers)
-    assert translated == sorted(engine.translate(sentences, num_beams=1))
-
-
 @pytest.mark.parametrize(
     ("damage", "named"), [("config.json", "config.json"), ("model.safetensors", "model.safetensors")]
 )
 def test_a_model_that_does_not_load_exits_2_before_it_listens(
-    random_folder: Path, tmp_path: Path, damage: str, named: str
+    tmp_path: Path, damage: str, named: str
 ) -> None:
-    folder = tmp_path / "model"
-    shutil.copytree(random_folder, folder)
+    folder = sample_folder(tmp_path / "model")  # a saved model that loads, until damaged
     (folder / damage).write_bytes(b"{not what it should be")
     port = free_port()
     completed = subprocess.run(
-        serve_command(folder, port, *CPU_FLOAT32, *PAIR), capture_output=True, text=True, env=ENV, timeout=300
+        serve_command(folder, port, *CPU_FLOAT32), capture_output=True, text=True, env=ENV, timeout=300
     )
     assert completed.returncode == 2, completed.stderr[-3000:]
     assert named in completed.stderr and "Traceback" not in completed.stderr
+    assert (
+        "Uvicorn running" not in completed.stderr
+    )  # what uvicorn logs (at the default level) once it listens
     with pytest.raises(httpx.TransportError):
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)

@@ -16,7 +16,8 @@ limits each key (or, without keys, each client address). Browsers of other sites
 answers 503 with Retry-After.
 
 SIGTERM or Ctrl-C: new requests get 503, accepted ones are answered, and the server exits 0 (at most
---shutdown_timeout seconds later); a second signal exits at once.
+--shutdown_timeout seconds later: the requests still open then get 503 with Retry-After); a second signal exits at
+once (status 128 + the signal's number).
 
     vaswani-serve runs/tatoeba-en-de/final
     curl -s localhost:8000/translate -H 'Content-Type: application/json' \
@@ -32,8 +33,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..data.languages import recorded_languages
 from ..engines.load import load_engine
+from ..modeling.sentences_vaswani_transformer import recorded_languages
 from ..serving import ServerLimits, ServeSettings, create_app, read_api_keys, run_server
 from ..values import finite_float
 from .command import command
@@ -88,7 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         DEFAULTS.request_timeout,
         "seconds a request may take; then 504",
     )
-    _flag(server, "shutdown_timeout", finite_float, 30.0, "seconds the accepted requests get after a signal")
+    _flag(
+        server,
+        "shutdown_timeout",
+        finite_float,
+        30.0,
+        "seconds the accepted requests get after a signal; then 503",
+    )
     _flag(
         access, "api_keys", Path, None, "file of API keys, one a line, each optionally followed by its rate"
     )

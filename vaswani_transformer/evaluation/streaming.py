@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
-from ..data.sentences import join_sentences, split_sentences
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE
+from ..modeling.sentences_vaswani_transformer import translate_by_sentences
 
 # Batches per buffer by default: enough for the length sort to find similar lengths and for two decoding workers
 # (a CPU's) to stay busy, few enough that memory stays small. The first buffer is one batch, so that the first
@@ -52,12 +52,12 @@ def translate_lines(
     lines: Sequence[str], engine: Translator, *, split_language: str | None = None, **options: Any
 ) -> list[str]:
     """Translations of the non-blank lines, with blank lines kept blank, in input order (one per line). With
-    `split_language`, each line is translated sentence by sentence (`data.sentences`, the server's splitter) and
-    joined back with its own spacing."""
+    `split_language`, each line is translated sentence by sentence (`translate_by_sentences`, the server's
+    splitter) and joined back with its own spacing."""
     if split_language is not None:
-        split = [split_sentences(line, split_language) if line.strip() else [] for line in lines]
-        translated = iter(translate_lines([s.text for line in split for s in line], engine, **options))
-        return [join_sentences(line, [next(translated) for _ in line]) for line in split]
+        return translate_by_sentences(
+            lines, split_language, lambda sentences: translate_lines(sentences, engine, **options)
+        )
     filled = [index for index, line in enumerate(lines) if line.strip()]
     translations = engine.translate([lines[index] for index in filled], **options)
     output = [""] * len(lines)

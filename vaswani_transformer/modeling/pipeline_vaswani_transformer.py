@@ -30,6 +30,7 @@ from .configuration_vaswani_transformer import PIPELINE_TASK
 from .cuda_graphs_vaswani_transformer import bucket, bucketed_generate, check_cuda_graphs
 from .memory_vaswani_transformer import host_room
 from .precision_vaswani_transformer import autocast_to, decoding_precision
+from .sentences_vaswani_transformer import recorded_languages, splitting_language, translate_by_sentences
 from .translation_inputs_vaswani_transformer import (
     as_pipeline_inputs,
     cap_source_lengths,
@@ -37,7 +38,6 @@ from .translation_inputs_vaswani_transformer import (
     check_languages,
     has_words,
     output_options,
-    recorded_language_pair,
     translation_results,
 )
 
@@ -245,6 +245,7 @@ def translate(
     workers: int | None = None,
     on_batch: Callable[[int], object] | None = None,
     cuda_graphs: bool = False,
+    split_sentences: bool | str = False,
     **generate_kwargs: Any,
 ) -> str | list[str]:
     """Translate `texts` and return the translations in input order (one string for one string).
@@ -263,21 +264,19 @@ def translate(
     sentence count, as it finishes (a caller's own progress: `vaswani-translate` counts lines over many calls).
     `cuda_graphs=True` decodes one batch at a time through a compiled step over a static cache, each batch padded
     up to a few shapes (`cuda_graphs_vaswani_transformer.bucketed_generate`): CUDA graphs on a GPU, the same
-    translations.
+    translations. `split_sentences` (True: by the source language the model's folder records; or a language code)
+    translates each text sentence by sentence and joins the translations with the text's own spacing, as
+    `vaswani-serve` and `vaswani-translate --split_sentences` do (sentences_vaswani_transformer.py, sentencex).
     """
+    options = dict(batch_size=batch_size, show_progress=show_progress, dtype=dtype, workers=workers)
+    options.update(on_batch=on_batch, cuda_graphs=cuda_graphs, **generate_kwargs)
     if isinstance(texts, str):
-        return translate(
-            [texts],
-            model,
-            tokenizer,
-            batch_size=batch_size,
-            show_progress=show_progress,
-            dtype=dtype,
-            workers=workers,
-            on_batch=on_batch,
-            cuda_graphs=cuda_graphs,
-            **generate_kwargs,
-        )[0]
+        return translate([texts], model, tokenizer, split_sentences=split_sentences, **options)[0]
+    if split_sentences:
+        language = splitting_language(split_sentences, model.name_or_path)
+        return translate_by_sentences(
+            texts, language, lambda sentences: translate(sentences, model, tokenizer, **options)
+        )
     check_generate_arguments(generate_kwargs)
     if cuda_graphs:
         check_cuda_graphs(model, generate_kwargs, workers)
@@ -373,8 +372,8 @@ class VaswaniTranslationPipeline(Pipeline):
         if cuda_graphs:
             check_cuda_graphs(self.model, generate_kwargs)
         if src_lang is not None or tgt_lang is not None:
-            pair = recorded_language_pair(self.model.config, self.model.config._name_or_path)
-            check_languages(pair, src_lang, tgt_lang)
+            name = self.model.config._name_or_path
+            check_languages(recorded_languages(name) if name else None, src_lang, tgt_lang)
         forward = dict(generate_kwargs)
         if decoding_dtype is not None:
             forward["decoding_dtype"] = decoding_dtype

@@ -6,20 +6,15 @@ and any iterable of strings (a datasets `Column`, a tuple, a map object). Shippe
 pipeline: it imports only torch and transformers.
 """
 
-import json
 import logging
 import types
 from collections.abc import Iterable, Mapping, Sequence, Sized
-from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
-from transformers.utils import cached_file
 
 logger = logging.getLogger(__name__)
-
-TRAIN_OPTIONS_FILE = "train_options.json"  # vaswani-train's record of the run, in every final model's folder
 
 
 def cap_source_lengths(encodings: list[list[int]], limit: int) -> list[list[int]]:
@@ -50,28 +45,6 @@ def has_words(ids: Sequence[int], tokenizer: PreTrainedTokenizerBase) -> bool:
     """Whether a source holds more than the tokens the tokenizer adds (the end of sentence): a blank source
     translates to an empty string, not to whatever the model makes of an empty sentence."""
     return len(ids) > tokenizer.num_special_tokens_to_add()
-
-
-def recorded_language_pair(config: Any, name_or_path: str | None) -> tuple[str, str] | None:
-    """(source, target) as the model records them: a converted FSMT config's `langs`, else the training run's
-    train_options.json in the folder or Hub repo it was loaded from; None where neither says."""
-    langs = getattr(config, "langs", None)
-    if isinstance(langs, list | tuple) and len(langs) == 2 and all(isinstance(code, str) for code in langs):
-        return langs[0], langs[1]
-    if not name_or_path:
-        return None
-    path = cached_file(
-        name_or_path,
-        TRAIN_OPTIONS_FILE,
-        _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False,
-    )
-    try:
-        options = json.loads(Path(path).read_bytes()) if path else {}
-    except (OSError, ValueError):
-        return None
-    source, target = options.get("source_lang"), options.get("target_lang")
-    return (source, target) if isinstance(source, str) and isinstance(target, str) else None
 
 
 def _language(code: str) -> str:

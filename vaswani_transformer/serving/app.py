@@ -21,8 +21,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
 from ..card_text import LANGUAGE_NAMES
-from ..data.sentences import Sentence, join_sentences, split_sentences
 from ..engines.load import Engine
+from ..modeling.sentences_vaswani_transformer import Sentence, join_sentences, split_sentences
 from ..values import check_length_penalty
 from .batcher import Batcher, Options, QueueFull
 from .limits import ApiError, ApiKeys, RateLimiter, ServerLimits
@@ -64,11 +64,13 @@ class ServeSettings:
 
 @dataclass
 class ServerState:
-    """What the routes and the shutdown share: ready once warmed, draining once a signal came, requests open."""
+    """What the routes and the shutdown share: ready once warmed, draining once a signal came, requests open, and
+    `out_of_time` once --shutdown_timeout has run out (the requests still open are then answered 503)."""
 
     ready: bool = False
     draining: bool = False
     open_requests: int = 0
+    out_of_time: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def error_response(error: ApiError) -> JSONResponse:
@@ -110,8 +112,8 @@ class Translation:
     """Texts through the batcher: split into sentences where asked, with the limits, the timeout and a client
     that goes away handled; each text's translation joined back, and each sentence's score."""
 
-    def __init__(self, batcher: Batcher, settings: ServeSettings) -> None:
-        self.batcher, self.settings = batcher, settings
+    def __init__(self, batcher: Batcher, settings: ServeSettings, state: ServerState) -> None:
+        self.batcher, self.settings, self.state = batcher, settings, state
 
     async def run(
         self, request: Request, texts: list[str], split: bool, options: Options, scores: bool = False
@@ -135,10 +137,16 @@ class Translation:
         timeout = self.settings.limits.request_timeout
         work = asyncio.ensure_future(self.batcher.translate(sentences, options, scores))
         gone = asyncio.ensure_future(_disconnected(request))
+        out_of_time = asyncio.ensure_future(self.state.out_of_time.wait())
         try:
-            done, _ = await asyncio.wait({work, gone}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {work, gone, out_of_time}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             gone.cancel()
+            out_of_time.cancel()
+            if not work.done():  # a timeout, a client gone, the end of the server: its sentences are dropped
+                work.cancel()
         if work in done:
             try:
                 return work.result()
@@ -149,9 +157,15 @@ class Translation:
                     "(vaswani-serve --max_queue). Retry shortly.",
                     {"Retry-After": "1"},
                 ) from None
-        work.cancel()
         if gone in done:
             raise ApiError(499, "The client closed the request.")
+        if out_of_time in done:
+            raise ApiError(
+                503,
+                "The server shut down before this request was done (vaswani-serve --shutdown_timeout): retry on "
+                "another, or shortly.",
+                {"Retry-After": "1", "Connection": "close"},
+            )
         raise ApiError(
             504,
             f"The translation took longer than {timeout:g} s (vaswani-serve --request_timeout): send less text, "
@@ -178,7 +192,7 @@ def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model
         observer=metrics,
         scorer=lambda sources, translations: sentence_scores(engine, sources, translations),
     )
-    translation = Translation(batcher, settings)
+    translation = Translation(batcher, settings, state)
     keys = ApiKeys(settings.api_keys) if settings.api_keys else None
     limiter = RateLimiter()
 

@@ -1,6 +1,8 @@
 """Running the app under uvicorn with a graceful end: the first SIGTERM or SIGINT makes the server drain (new
 requests get 503, `/ready` says so), and it exits once every accepted request is answered or `shutdown_timeout`
-seconds have passed, whichever is first; a second signal ends the process at once."""
+seconds have passed, whichever is first: the requests still open then are answered 503 with Retry-After (their
+sentences dropped; a batch decoding at that moment finishes first). A second signal ends the process at once, with
+the signal's exit status (128 + its number)."""
 
 import logging
 import os
@@ -18,6 +20,7 @@ from .batcher import Batcher
 
 logger = logging.getLogger(__name__)
 GRACE_AFTER_DRAIN = 1.0  # seconds uvicorn then gives open connections to send what they have
+ANSWER_WHAT_IS_OPEN = 5.0  # seconds the requests still open at the shutdown timeout get to send their 503
 
 
 class DrainingServer(uvicorn.Server):
@@ -44,10 +47,17 @@ class DrainingServer(uvicorn.Server):
         self.drain_deadline = time.monotonic() + self.shutdown_timeout
 
     async def on_tick(self, counter: int) -> bool:
-        if self.drain_deadline is not None and (
-            self.state.open_requests == 0 or time.monotonic() >= self.drain_deadline
-        ):
+        if self.drain_deadline is None:
+            return await super().on_tick(counter)
+        if self.state.open_requests == 0 or time.monotonic() >= self.drain_deadline + ANSWER_WHAT_IS_OPEN:
             return True
+        if time.monotonic() >= self.drain_deadline and not self.state.out_of_time.is_set():
+            logger.warning(
+                "%d request(s) still open after --shutdown_timeout %g s: answering them 503",
+                self.state.open_requests,
+                self.shutdown_timeout,
+            )
+            self.state.out_of_time.set()
         return await super().on_tick(counter)
 
     @contextmanager

@@ -1,0 +1,101 @@
+"""`translate(..., split_sentences=...)` (issue 62): a paragraph is translated sentence by sentence with the
+splitter of `vaswani-serve` and `vaswani-translate --split_sentences`, and joined back with its own spacing."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from vaswani_transformer import translate
+from vaswani_transformer.modeling.sentences_vaswani_transformer import split_sentences
+
+SAMPLE_FOLDER = (
+    Path(__file__).parents[1] / "samples" / "saved_before_the_layout" / "model"
+)  # small, random weights: distinct translations per sentence
+SENTENCES = ["No.", "Who are you?", "Tom is reading a book in the garden."]  # distinct translations here
+# greedy, and an output limit that does not depend on the other sources of a batch (§6.1's is the longest + 50)
+DECODING = {"num_beams": 1, "max_new_tokens": 8, "dtype": torch.float32}
+
+
+@pytest.fixture(scope="module")
+def recorded_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("sample") / "model"
+    shutil.copytree(SAMPLE_FOLDER, folder)
+    (folder / "train_options.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def loaded(recorded_folder: Path):
+    return AutoModelForSeq2SeqLM.from_pretrained(recorded_folder), AutoTokenizer.from_pretrained(
+        recorded_folder
+    )
+
+
+def test_a_paragraph_is_its_sentences_translated_one_by_one_and_joined_with_its_spacing(loaded) -> None:
+    """Before, `split_sentences` reached generate() as an unknown keyword and failed."""
+    paragraph = f"{SENTENCES[0]}  {SENTENCES[1]}\n{SENTENCES[2]} "
+    one, two, three = (translate(sentence, *loaded, **DECODING) for sentence in SENTENCES)
+    assert len({one, two, three}) == 3 and all((one, two, three))
+    expected = f"{one}  {two}\n{three} "
+    assert translate(paragraph, *loaded, split_sentences=True, **DECODING) == expected
+    texts = [paragraph, "", SENTENCES[0]]
+    assert translate(texts, *loaded, split_sentences="en", **DECODING) == [expected, "", one]
+    assert translate(paragraph, *loaded, **DECODING) != expected  # unsplit: one run-on sentence
+
+
+def test_the_splitter_is_the_server_s_and_its_pieces_give_the_text_back() -> None:
+    paragraph = "Hello Mr. Smith.  How are you?\nI am fine."
+    sentences = split_sentences(paragraph, "en")
+    assert [sentence.text for sentence in sentences] == ["Hello Mr. Smith.", "How are you?", "I am fine."]
+    assert "".join(f"{s.before}{s.text}{s.after}" for s in sentences) == paragraph
+
+
+def test_a_model_that_records_no_language_asks_for_one(loaded) -> None:
+    model = AutoModelForSeq2SeqLM.from_pretrained(SAMPLE_FOLDER)  # no train_options.json, no langs
+    with pytest.raises(
+        ValueError, match=r"does not record its source language: name it, split_sentences='en'"
+    ):
+        translate(SENTENCES[0], model, loaded[1], split_sentences=True, **DECODING)
+    assert translate(SENTENCES[0], model, loaded[1], split_sentences="en", **DECODING) == translate(
+        SENTENCES[0], model, loaded[1], **DECODING
+    )
+
+
+HANDLER = """
+import importlib.util, json, sys
+sys.modules["vaswani_transformer"] = None  # the package must not be importable: the folder's code alone
+spec = importlib.util.spec_from_file_location("handler", f"{sys.argv[1]}/handler.py")
+handler_module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(handler_module)
+handler = handler_module.EndpointHandler(path=sys.argv[1])
+parameters = {"split_sentences": "en", "num_beams": 1, "max_new_tokens": 8}
+print(json.dumps(handler({"inputs": [sys.argv[2]], "parameters": parameters})))
+"""
+
+
+def test_a_saved_folder_s_own_code_splits_too(loaded, tmp_path: Path) -> None:
+    """The splitter travels with the pipeline's code (remote code): a saved folder's Inference Endpoints handler
+    splits where only torch, transformers and sentencex are installed."""
+    model, tokenizer = loaded
+    model.save_pretrained(tmp_path / "saved")
+    tokenizer.save_pretrained(tmp_path / "saved")
+    assert (tmp_path / "saved" / "sentences_vaswani_transformer.py").is_file()
+    paragraph = f"{SENTENCES[0]}  {SENTENCES[1]}"
+    environment = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PATH": ""}
+    completed = subprocess.run(
+        [sys.executable, "-c", HANDLER, str(tmp_path / "saved"), paragraph],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    greedy = {"num_beams": 1, "max_new_tokens": 8}  # in the precision the handler takes: this CPU's fastest
+    expected = translate(paragraph, model, tokenizer, split_sentences="en", **greedy)
+    assert json.loads(completed.stdout.splitlines()[-1]) == [{"translation_text": expected}]

@@ -1,0 +1,130 @@
+"""`vaswani-serve`'s graceful end (issue 62), the real server in a subprocess on 127.0.0.1 under load: SIGTERM in the
+middle of a 32-client load (every accepted request answered, new ones refused, exit 0), the requests still open when
+--shutdown_timeout runs out (each a JSON 503 with Retry-After, not a 500 or a dropped connection), and a second
+signal (the process exits at once)."""
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.serving.server_process import post_in_thread, sample_folder, serving, until
+from vaswani_transformer.engines import EngineOptions, load_engine
+
+GREEDY = ("--num_beams", "1")
+SENTENCES = ["No.", "Who are you?", "Tom is reading a book in the garden.", "Hi.", "Run!", "It is raining."]
+# Slow work: one sentence a batch (--batch_size 1), each decoded to 200 tokens (the sample's random weights do
+# not end a sentence), 128 sentences in all: far more than the few seconds the tests wait.
+SLOW = ("--batch_size", "1", "--request_timeout", "600", "--max_wait_ms", "0")
+SLOW_REQUEST = {"q": [SENTENCES[i % len(SENTENCES)] for i in range(32)], "max_new_tokens": 200}
+SLOW_CLIENTS = 4
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return sample_folder(tmp_path_factory.mktemp("sample") / "model")
+
+
+def slow_load(url: str) -> tuple[list, list[threading.Thread]]:
+    answers: list = []
+    threads = [post_in_thread(f"{url}/v1/translate", SLOW_REQUEST, answers) for _ in range(SLOW_CLIENTS)]
+    return answers, threads
+
+
+def test_sigterm_in_the_middle_of_a_32_client_load_answers_every_accepted_request_and_exits_0(
+    folder: Path,
+) -> None:
+    """32 clients send requests back to back until the signal has come (each on a new connection, as
+    LibreTranslate's clients do): every request is either answered with its translation (those the server had
+    accepted, some of them after the signal) or refused with 503, none is dropped, and the server exits 0."""
+    engine = load_engine(folder, EngineOptions(device="cpu", dtype="float32"))
+    expected = dict(zip(SENTENCES, engine.translate(SENTENCES, num_beams=1, max_new_tokens=8), strict=True))
+    flags = (*GREEDY, "--max_wait_ms", "20", "--shutdown_timeout", "120", "--request_timeout", "300")
+    with serving(folder, *flags) as server:
+        answers: list[tuple[str, float, httpx.Response | httpx.TransportError]] = []
+        stop = threading.Event()
+
+        def client(number: int) -> None:
+            sent = 0
+            while not stop.is_set():
+                sentence = SENTENCES[(number + sent) % len(SENTENCES)]
+                body = {"q": sentence, "source": "en", "target": "de", "max_new_tokens": 8}
+                try:
+                    answer = httpx.post(f"{server.url}/v1/translate", json=body, timeout=300)
+                except httpx.TransportError as error:
+                    answer = error
+                answers.append((sentence, time.monotonic(), answer))
+                sent += 1
+
+        threads = [threading.Thread(target=client, args=(number,)) for number in range(32)]
+        for thread in threads:
+            thread.start()
+        until(lambda: len(answers) >= 64, 240)  # the load is under way
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        until(lambda: "SIGTERM" in server.stderr())
+        stop.set()  # the clients send no more: the server may end once it has answered what it accepted
+        try:
+            refused = httpx.post(f"{server.url}/translate", json={"q": "Hi."}, timeout=30)
+            assert refused.status_code == 503 and "shutting down" in refused.json()["error"]
+        except httpx.ConnectError:
+            pass  # or it no longer listens: either way, not accepted
+        for thread in threads:
+            thread.join(timeout=240)
+        assert server.process.wait(timeout=240) == 0, server.stderr()[-3000:]
+        assert "Traceback" not in server.stderr()
+    errors = [repr(answer) for _, _, answer in answers if isinstance(answer, httpx.TransportError)]
+    assert errors == []  # nothing accepted was dropped
+    statuses = {answer.status_code for _, _, answer in answers}
+    assert statuses <= {200, 503}, statuses
+    for sentence, _, answer in answers:
+        if answer.status_code == 200:
+            assert answer.json()["translations"][0]["translation"] == expected[sentence]
+        else:
+            assert "shutting down" in answer.json()["error"]
+    assert any(when > signalled and answer.status_code == 200 for _, when, answer in answers)  # drained
+
+
+def test_requests_still_open_when_the_shutdown_timeout_runs_out_get_a_json_503(folder: Path) -> None:
+    """Before, uvicorn cancelled them: each got a plain-text 500 and the log an "Exception in ASGI application"
+    traceback."""
+    with serving(folder, *GREEDY, *SLOW, "--shutdown_timeout", "3") as server:
+        answers, threads = slow_load(server.url)
+        until(lambda: server.metric("vaswani_queue_sentences") >= 64)
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        for thread in threads:
+            thread.join(timeout=120)
+        assert server.process.wait(timeout=120) == 0, server.stderr()[-3000:]
+        assert time.monotonic() - signalled < 60  # the 3 s, and the one sentence decoding then
+        log = server.stderr()
+        assert "Traceback" not in log and "still open after --shutdown_timeout" in log
+    assert len(answers) == SLOW_CLIENTS and all(isinstance(answer, httpx.Response) for answer in answers)
+    assert 503 in {answer.status_code for answer in answers}
+    for answer in answers:
+        if answer.status_code != 200:
+            assert answer.status_code == 503 and answer.headers["retry-after"] == "1", answer.text
+            assert "--shutdown_timeout" in answer.json()["error"]
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_exits_at_once(folder: Path, second: signal.Signals) -> None:
+    """The first signal drains (here it would take far longer than the test waits); the second ends the process at
+    once, with the signal's status, without answering what is still open."""
+    with serving(folder, *GREEDY, *SLOW, "--shutdown_timeout", "600") as server:
+        answers, threads = slow_load(server.url)
+        until(lambda: server.metric("vaswani_queue_sentences") >= 64)
+        server.process.send_signal(signal.SIGTERM)
+        until(lambda: "SIGTERM" in server.stderr())
+        assert server.process.poll() is None and answers == []  # draining
+        server.process.send_signal(second)
+        assert server.process.wait(timeout=30) == 128 + second
+        assert f"{second.name} again: exiting at once" in server.stderr()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert len(answers) == SLOW_CLIENTS and all(
+        isinstance(answer, httpx.TransportError) for answer in answers
+    )
