@@ -319,7 +319,14 @@ def test_ctrl_c_during_training_says_how_to_resume_and_resume_finishes_the_run(t
     flags += ["--dev_size", "0", "--eval_steps", "0", "--num_beams", "1", "--examples", "A dog."]
     run = tmp_path / "run"
     command = [console("vaswani-train"), *flags, "--output_dir", str(run)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, cwd=tmp_path)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+        cwd=tmp_path,
+        preexec_fn=as_in_a_terminal,
+    )
     try:
         deadline = time.monotonic() + WAIT
         while not list(run.glob("checkpoint-*/trainer_state.json")) and process.poll() is None:
