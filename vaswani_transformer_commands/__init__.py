@@ -133,7 +133,9 @@ def quiet_libraries(verbose: bool = False) -> Iterator[None]:
             yield
     finally:
         for logger, level in zip(loggers, levels, strict=True):
-            if logger.level == logging.ERROR:  # a library that set its own level on import (torch does) keeps it
+            if (
+                logger.level == logging.ERROR
+            ):  # a library that set its own level on import (torch does) keeps it
                 logger.setLevel(level)
 
 
