@@ -133,9 +133,8 @@ def quiet_libraries(verbose: bool = False) -> Iterator[None]:
             yield
     finally:
         for logger, level in zip(loggers, levels, strict=True):
-            if (
-                logger.level == logging.ERROR
-            ):  # a library that set its own level on import (torch does) keeps it
+            # a library that set its own level on import (torch does) keeps it
+            if logger.level == logging.ERROR:
                 logger.setLevel(level)
 
 
