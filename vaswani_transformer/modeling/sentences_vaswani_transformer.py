@@ -44,9 +44,8 @@ def split_sentences(text: str, language: str) -> list[Sentence]:
     for one it does not know), each with the white space around it, so that `join_sentences` of their own texts
     gives `text` back exactly. Blank text is at most one sentence with no words, which translates to nothing."""
     pieces = [piece for piece in _segment(language, text) if piece] if text.strip() else []
-    if (
-        "".join(pieces) != text
-    ):  # a splitter that dropped characters: keep the paragraph whole rather than lose them
+    # a splitter that dropped characters: keep the paragraph whole rather than lose them
+    if "".join(pieces) != text:
         pieces = [text]
     sentences = []
     for piece in pieces:
