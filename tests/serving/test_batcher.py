@@ -1,9 +1,12 @@
 """The batcher's policy (issue 62) with an engine that records its batches: requests that arrive together share a
-batch, a request larger than a batch does not wait for company after its first batch, and an abandoned request's
-sentences never decode."""
+batch, a request larger than a batch does not wait for company after its first batch, an abandoned request's
+sentences never decode, and several workers decode batches at once, each on its share of torch's threads."""
 
 import asyncio
+import threading
 import time
+
+import torch
 
 from vaswani_transformer.serving.batcher import Batcher
 
@@ -24,7 +27,9 @@ class Quiet:
         self.dropped_count = sentences
 
 
-def batcher(engine: RecordingEngine, max_wait: float, max_batch_tokens: int = 1000) -> Batcher:
+def batcher(
+    engine: RecordingEngine, max_wait: float, max_batch_tokens: int = 1000, workers: int = 1
+) -> Batcher:
     return Batcher(
         engine,
         lambda text: len(text.split()),
@@ -33,6 +38,7 @@ def batcher(engine: RecordingEngine, max_wait: float, max_batch_tokens: int = 10
         max_wait=max_wait,
         max_queue=100,
         observer=Quiet(),
+        workers=workers,
     )
 
 
@@ -103,3 +109,49 @@ def test_an_abandoned_request_s_sentences_are_dropped_before_they_decode() -> No
     finally:
         worker.stop()
     assert kept == (["Z"], [None]) and engine.batches == [["z"]] and observer.dropped_count == 1
+
+
+class MeetingEngine(RecordingEngine):
+    """Each batch waits (at most 30 s) until `meet` batches are inside `translate` together; records the torch
+    threads each decodes with."""
+
+    def __init__(self, meet: int) -> None:
+        super().__init__()
+        self.barrier, self.threads = threading.Barrier(meet, timeout=30), []
+
+    def translate(self, texts, *, batch_size=None, **options):
+        self.threads.append(torch.get_num_threads())
+        self.barrier.wait()
+        return super().translate(texts, batch_size=batch_size, **options)
+
+
+def test_two_workers_decode_two_batches_at_once_each_on_its_share_of_the_threads() -> None:
+    """One worker would decode the second batch only after the first: the barrier would break after 30 s."""
+    engine = MeetingEngine(meet=2)
+    worker = batcher(engine, max_wait=0.05, max_batch_tokens=2, workers=2)  # one 2-word sentence a batch
+    worker.start()
+    try:
+        translations, _ = asyncio.run(worker.translate(["a b", "c d"], ()))
+    finally:
+        worker.stop()
+    assert translations == ["A B", "C D"] and sorted(engine.batches) == [["a b"], ["c d"]]
+    assert engine.threads == [max(1, torch.get_num_threads() // 2)] * 2
+
+
+def test_a_worker_whose_company_another_worker_took_waits_for_the_next_request() -> None:
+    """Before, the worker that woke to an empty queue died (max() of no sentences) and served nothing more."""
+    engine = RecordingEngine()
+    worker = batcher(engine, max_wait=0.2, workers=2)
+    worker.start()
+
+    async def one_then_another():
+        first = await worker.translate(["a"], ())
+        await asyncio.sleep(0.3)  # both workers have woken by now
+        return first, await worker.translate(["b"], ())
+
+    try:
+        answers = asyncio.run(one_then_another())
+        alive = [thread for thread in threading.enumerate() if thread.name.startswith("decoding-")]
+    finally:
+        worker.stop()
+    assert answers == ((["A"], [None]), (["B"], [None])) and len(alive) == 2

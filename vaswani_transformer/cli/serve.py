@@ -3,8 +3,8 @@ work unchanged, a native API with decoding options and per-sentence scores (POST
 GET /ready, GET /metrics (Prometheus) and the API's pages at /docs.
 
 Sentences of requests that arrive together are decoded together: the oldest waits at most --max_wait_ms for
-others, and one batch holds at most --max_batch_tokens padded source tokens; decoding runs on one worker thread,
-so the server answers while it decodes. LibreTranslate's API translates a paragraph sentence by sentence and
+others, and one batch holds at most --max_batch_tokens padded source tokens; --decoding_workers batches decode at
+once (default: two on a multi-core CPU, one on a GPU), on worker threads, so the server answers while it decodes. LibreTranslate's API translates a paragraph sentence by sentence and
 joins the translations with the paragraph's own spacing (the native API with "split_sentences": true).
 Decoding is the model's (the paper's §6.1) unless --num_beams or --length_penalty say otherwise; a native request
 may set its own.
@@ -77,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _flag(limits, "max_batch_tokens", int, 4096, "padded source tokens per decoded batch (default 4096)")
     _flag(limits, "max_wait_ms", finite_float, 5.0, "how long a sentence waits for others to batch with (ms)")
+    _flag(
+        limits,
+        "decoding_workers",
+        int,
+        None,
+        "batches that decode at once (default: 2 on a multi-core CPU, 1 on a GPU)",
+    )
     _flag(limits, "max_body_bytes", int, DEFAULTS.max_body_bytes, "largest request body in bytes")
     _flag(limits, "max_characters", int, DEFAULTS.max_characters, "most characters of text per request")
     _flag(limits, "max_sentences", int, DEFAULTS.max_sentences, "most sentences per request")
@@ -119,6 +126,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, S
     for name in POSITIVE:
         if getattr(args, name) <= 0:
             parser.error(f"--{name} must be positive, got {getattr(args, name)}")
+    if args.decoding_workers is not None and args.decoding_workers < 1:
+        parser.error(f"--decoding_workers must be at least 1, got {args.decoding_workers}")
     if args.max_wait_ms < 0 or (args.requests_per_minute is not None and args.requests_per_minute <= 0):
         parser.error("--max_wait_ms must not be negative, and --requests_per_minute must be positive")
     keys = None
@@ -143,6 +152,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, S
         max_batch_tokens=args.max_batch_tokens,
         max_batch_sentences=args.batch_size or 128,
         max_wait=args.max_wait_ms / 1000,
+        decoding_workers=args.decoding_workers,
         api_keys=keys,
         requests_per_minute=args.requests_per_minute,
         cors_origins=tuple(args.cors_origins),

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
@@ -22,6 +23,7 @@ from starlette.exceptions import HTTPException
 
 from ..card_text import LANGUAGE_NAMES
 from ..engines.load import Engine
+from ..modeling.pipeline_vaswani_transformer import decoding_workers
 from ..modeling.sentences_vaswani_transformer import Sentence, join_sentences, split_sentences
 from ..values import check_length_penalty
 from .batcher import Batcher, Options, QueueFull
@@ -57,6 +59,7 @@ class ServeSettings:
     max_batch_tokens: int = 4096
     max_batch_sentences: int = 128
     max_wait: float = 0.005
+    decoding_workers: int | None = None  # batches decoding at once; None: `default_workers`
     api_keys: dict[str, float | None] | None = None
     requests_per_minute: float | None = None
     cors_origins: tuple[str, ...] = ()
@@ -179,6 +182,16 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+def default_workers(engine: Engine) -> int:
+    """Batches that decode at once unless told: as many as `translate()` decodes at once on the engine's device
+    (two on a multi-core CPU, one on a GPU)."""
+    if engine.name == "ctranslate2":
+        on_cpu = engine.translator.translator.device == "cpu"
+    else:
+        on_cpu = engine.model.device.type == "cpu"
+    return decoding_workers(torch.device("cpu" if on_cpu else "cuda"), batches=2)
+
+
 def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model") -> FastAPI:
     """The server for `engine`, which translates `settings.source` into `settings.target`."""
     state, metrics = ServerState(), ServerMetrics()
@@ -191,6 +204,7 @@ def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model
         max_queue=settings.limits.max_queue,
         observer=metrics,
         scorer=lambda sources, translations: sentence_scores(engine, sources, translations),
+        workers=settings.decoding_workers or default_workers(engine),
     )
     translation = Translation(batcher, settings, state)
     keys = ApiKeys(settings.api_keys) if settings.api_keys else None

@@ -1,22 +1,31 @@
-"""Dynamic batching: the sentences of requests that arrive together decode together, on one worker thread.
+"""Dynamic batching: the sentences of requests that arrive together decode together, on worker threads.
 
-Each request's sentences join one queue. The worker takes the oldest sentence, waits at most `max_wait` seconds
+Each request's sentences join one queue. A free worker takes the oldest sentence, waits at most `max_wait` seconds
 for more to arrive (not when a full batch left sentences behind: they decode next, at once), and decodes, in one
 call of the engine's `translate` (which sorts them by length), the waiting sentences that share its decoding
-options, up to `max_batch_tokens` padded source tokens and `max_batch_sentences` sentences. A request is answered as soon as its last sentence is done; the sentences of a
-request whose client went away are dropped before they decode. The event loop only enqueues and awaits: decoding
-never blocks it.
+options, up to `max_batch_tokens` padded source tokens and `max_batch_sentences` sentences. A request is answered
+as soon as its last sentence is done; the sentences of a request whose client went away are dropped before they
+decode. The event loop only enqueues and awaits: decoding never blocks it.
+
+`workers` batches decode at once, each worker on its share of torch's intra-op threads, as `translate()` decodes
+its batches on a multi-core CPU (`decoding_workers`; docs/decisions/decoding-batches.md): one batch of a small
+model leaves a core idle while it is in Python, and a worker thread that is not the main one computes a small
+model's step slower on two intra-op threads than on one.
 """
 
 import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import torch
+
 from ..evaluation.streaming import Translator
+from ..modeling.pipeline_vaswani_transformer import intra_op_threads
 
 Options = tuple[tuple[str, Any], ...]  # decoding overrides, hashable: requests with equal ones share a batch
 
@@ -80,7 +89,10 @@ class Batcher:
         max_queue: int,
         observer: BatchObserver,
         scorer: Scorer | None = None,
+        workers: int = 1,
     ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}.")
         self.engine, self.count_tokens, self.scorer, self.observer = engine, count_tokens, scorer, observer
         self.max_batch_tokens, self.max_batch_sentences = max_batch_tokens, max_batch_sentences
         self.max_wait, self.max_queue = max_wait, max_queue
@@ -88,26 +100,43 @@ class Batcher:
         self._condition = threading.Condition()
         self._stopping = self._hurrying = False
         self._left_over = False  # sentences a full batch left behind: they have waited their share already
-        self.model_lock = (
-            threading.Lock()
-        )  # held while the model decodes: others use the model only between batches
-        self._thread = threading.Thread(target=self._work, name="decoding", daemon=True)
+        # Each worker holds its own lock while it decodes; `model_idle` holds them all.
+        self._locks = [threading.Lock() for _ in range(workers)]
+        self._threads_each = max(1, torch.get_num_threads() // workers) if workers > 1 else None
+        self._threads = [
+            threading.Thread(target=self._work, args=(lock,), name=f"decoding-{number}", daemon=True)
+            for number, lock in enumerate(self._locks)
+        ]
+
+    @property
+    def workers(self) -> int:
+        return len(self._threads)
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
-        """Decode what is waiting, then end the worker."""
+        """Decode what is waiting, then end the workers."""
         with self._condition:
             self._stopping = True
-            self._condition.notify()
-        self._thread.join()
+            self._condition.notify_all()
+        for thread in self._threads:
+            thread.join()
+
+    @contextmanager
+    def model_idle(self) -> Iterator[None]:
+        """No batch decodes inside (others use the model between batches: the page's attention)."""
+        with ExitStack() as held:
+            for lock in self._locks:  # always in the same order: two callers cannot each hold a part
+                held.enter_context(lock)
+            yield
 
     def hurry(self) -> None:
         """From now on, decode what waits without waiting for company (the server is shutting down)."""
         with self._condition:
             self._hurrying = True
-            self._condition.notify()
+            self._condition.notify_all()
 
     @property
     def waiting(self) -> int:
@@ -126,7 +155,7 @@ class Batcher:
             if self._stopping or len(self._waiting) + len(items) > self.max_queue:
                 raise QueueFull
             self._waiting.extend(items)
-            self._condition.notify()
+            self._condition.notify_all()  # a worker waiting for company may now have a full batch
         self.observer.queued(len(self._waiting))
         return job
 
@@ -143,23 +172,26 @@ class Batcher:
             raise
         return [text or "" for text in job.translations], job.scores
 
-    def _work(self) -> None:
-        while (batch := self._next_batch()) is not None:
-            if batch:
-                self._decode(batch)
+    def _work(self, lock: threading.Lock) -> None:
+        with ExitStack() as threads:
+            if self._threads_each is not None:
+                threads.enter_context(intra_op_threads(self._threads_each))
+            while (batch := self._next_batch()) is not None:
+                if batch:
+                    with lock:
+                        self._decode(batch)
 
     def _next_batch(self) -> list[Item] | None:
         """The next batch (empty when all that waited was dropped), or None once stopping with nothing left."""
         with self._condition:
-            while not self._waiting and not self._stopping:
-                self._condition.wait()
-            if not self._waiting:
-                return None
-            deadline = self._waiting[0].arrived + self.max_wait
-            while (
-                not (self._stopping or self._hurrying or self._left_over or self._budget_full())
-                and (left := deadline - time.monotonic()) > 0
-            ):
+            while True:  # after each wait, from the start: another worker may have taken what waited
+                while not self._waiting and not self._stopping:
+                    self._condition.wait()
+                if not self._waiting:
+                    return None
+                left = self._waiting[0].arrived + self.max_wait - time.monotonic()
+                if self._stopping or self._hurrying or self._left_over or self._budget_full() or left <= 0:
+                    break
                 self._condition.wait(left)
             batch = self._take()
         self.observer.queued(len(self._waiting))
@@ -198,14 +230,10 @@ class Batcher:
         sources = [item.job.sentences[item.index] for item in batch]
         started = time.monotonic()
         try:
-            with self.model_lock:
-                translations = self.engine.translate(
-                    sources, batch_size=len(batch), **dict(batch[0].job.options)
-                )
+            translations = self.engine.translate(sources, batch_size=len(batch), **dict(batch[0].job.options))
             scored = [index for index, item in enumerate(batch) if item.job.want_scores]
             if scored and self.scorer is not None:
-                with self.model_lock:
-                    scores = self.scorer([sources[i] for i in scored], [translations[i] for i in scored])
+                scores = self.scorer([sources[i] for i in scored], [translations[i] for i in scored])
                 for index, score in zip(scored, scores, strict=True):
                     batch[index].job.scores[batch[index].index] = score
         except Exception as error:  # a batch that failed fails its requests, not the server

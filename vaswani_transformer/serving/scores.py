@@ -5,9 +5,17 @@ likely). PyTorch and ONNX Runtime score with the PyTorch model in float32; CTran
 from collections.abc import Sequence
 
 import torch
+from transformers import BatchEncoding, PreTrainedTokenizerBase
 
 from ..engines.load import Engine
 from ..engines.torch_engine import TorchEngine
+
+
+def padded(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> BatchEncoding:
+    """`texts` encoded and padded by `pad`, in Python: not by the tokenizer's own padding, a setting every thread
+    that encodes with it shares (a decoding worker encoding while another switched it gets rows of unequal
+    length)."""
+    return tokenizer.pad(tokenizer(list(texts)), return_tensors="pt")
 
 
 def torch_scores(
@@ -15,8 +23,8 @@ def torch_scores(
 ) -> list[float | None]:
     """Mean token log-probabilities of `translations` given `sources` (None for a blank source)."""
     tokenizer, model = engine.tokenizer, engine.model
-    inputs = tokenizer(list(sources), padding=True, return_tensors="pt").to(model.device)
-    labels = tokenizer(list(translations), padding=True, return_tensors="pt")
+    inputs = padded(tokenizer, sources).to(model.device)
+    labels = padded(tokenizer, translations)
     target = labels["input_ids"].masked_fill(labels["attention_mask"] == 0, -100).to(model.device)
     with torch.no_grad():
         logits = model(**inputs, labels=target).logits.float()
