@@ -15,6 +15,11 @@ engine), each on the same sentences in one batched call in the same run, for the
 client, p95 over one sentence's offline latency (the same engine's); and the server's RSS after its warm-up and at the
 end (its growth), and its peak. --soak_minutes M then loads each server with --soak_clients (32) for M minutes and
 prints its RSS at the start and the end of the soak.
+Two references separate what batching allows from what the server costs: "× at its batch" is the served rate over
+offline decoding of the same sentences in batches as large as the load can form (one call per `clients` requests'
+sentences: 32 one-sentence clients can never be decoded in batches above 32), and "p95 / single p95" compares one
+client's p95 with the p95 of one-sentence `translate()` calls on the sentences that client sends (like with like:
+sentences differ in length). Errors are listed by kind under the table.
 The issue's targets: at 32 clients ≥ 0.8 of offline; one client p95 ≤ 1.2 × a single sentence; 0 errors; RSS
 growth ≤ 10% over a 10-minute soak at 32 clients. A miniature run (tests/serving/test_bench_serve.py):
 `--clients 1 2 --requests 6 --seconds 5 --sentences 12 --dtype float32 --device cpu --soak_minutes 0.05`.
@@ -23,11 +28,11 @@ growth ≤ 10% over a 10-minute soak at 32 clients. A miniature run (tests/servi
 import argparse
 import asyncio
 import os
-import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -37,6 +42,7 @@ from vaswani_transformer.engines import EngineOptions, load_engine
 
 SENTENCES_PER_PARAGRAPH = 3
 READY_SECONDS = 600
+SINGLES = 40  # one-sentence offline calls timed: the first sentences, which one client sends first
 
 
 @dataclass
@@ -49,17 +55,23 @@ class LoadResult:
     errors: int
     seconds: float
     latencies: list[float]
+    failures: Counter[str] = field(default_factory=Counter)  # each kind of error, counted
 
     def percentile(self, share: float) -> float:
         """The latency below which `share` of the answered requests fell (nearest rank)."""
-        if not self.latencies:
-            return float("nan")
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered) + 0.5) - 1))]
+        return percentile(self.latencies, share)
 
     @property
     def sentences_per_second(self) -> float:
         return self.sentences / self.seconds if self.seconds else 0.0
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The value below which `share` of `values` fall (nearest rank); NaN for none."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered) + 0.5) - 1))]
 
 
 def workloads(sentences: list[str]) -> dict[str, list[str]]:
@@ -82,6 +94,7 @@ async def load(
     `seconds` have passed."""
     latencies: list[float] = []
     counters = {"sent": 0, "errors": 0}
+    failures: Counter[str] = Counter()
     deadline = time.monotonic() + seconds
 
     async def sender() -> None:
@@ -91,19 +104,20 @@ async def load(
             started = time.monotonic()
             try:
                 answer = await client.post("/translate", json={"q": text, "source": "auto", "target": target})
-                ok = answer.status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            if ok:
+                failure = None if answer.status_code == 200 else f"{answer.status_code} {answer.text[:200]}"
+            except httpx.HTTPError as error:
+                failure = f"{type(error).__name__}: {error}"[:200]
+            if failure is None:
                 latencies.append(time.monotonic() - started)
             else:
                 counters["errors"] += 1
+                failures[failure] += 1
 
     started = time.monotonic()
     await asyncio.gather(*(sender() for _ in range(clients)))
     elapsed = time.monotonic() - started
     return LoadResult(
-        clients, len(latencies), len(latencies) * per_text, counters["errors"], elapsed, latencies
+        clients, len(latencies), len(latencies) * per_text, counters["errors"], elapsed, latencies, failures
     )
 
 
@@ -115,10 +129,12 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(model: str, engine: str, device: str, dtype: str, port: int) -> subprocess.Popen:
-    command = [sys.executable, "-m", "vaswani_transformer.cli.serve", model, "--engine", engine]
-    command += ["--device", device, "--dtype", dtype, "--port", str(port), "--log_level", "warning"]
+def start_server(args: argparse.Namespace, engine: str, port: int) -> subprocess.Popen:
+    command = [sys.executable, "-m", "vaswani_transformer.cli.serve", args.model, "--engine", engine]
+    command += ["--device", args.device, "--dtype", args.dtype, "--port", str(port), "--log_level", "warning"]
     command += ["--max_queue", "100000", "--request_timeout", "3600"]
+    if args.decoding_workers is not None:
+        command += ["--decoding_workers", str(args.decoding_workers)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + READY_SECONDS
     while time.monotonic() < deadline:
@@ -146,20 +162,42 @@ def growth(start: float, end: float) -> str:
     return f"{100 * (end - start) / start:+.1f}%"
 
 
-def offline(model: str, options: EngineOptions, sentences: list[str]) -> tuple[float, float]:
-    """Offline sentences/s of one batched `translate()` call (for ctranslate2: `translate_batch`), and one
-    sentence's median latency."""
+@dataclass
+class Offline:
+    """One engine offline: sentences/s of one batched call, of calls in batches of each size the loads can form,
+    and one-sentence calls' latencies."""
+
+    rate: float
+    at_batch: dict[int, float]
+    singles: list[float]
+
+
+def batch_sizes(args: argparse.Namespace) -> list[int]:
+    """The largest batch each load level can form: its clients' sentences in flight."""
+    return sorted({clients * per for clients in args.clients for per in (1, SENTENCES_PER_PARAGRAPH)})
+
+
+def offline(model: str, options: EngineOptions, sentences: list[str], sizes: list[int]) -> Offline:
+    """`translate()` (for ctranslate2: `translate_batch`) on `sentences` in one batched call, in calls of each of
+    `sizes` sentences (on at least 256 of them, or two calls), and on the first SINGLES sentences one at a time."""
     engine = load_engine(model, options)
     engine.translate(sentences[:8])  # warm-up
     started = time.monotonic()
     engine.translate(sentences)
     rate = len(sentences) / (time.monotonic() - started)
+    at_batch = {}
+    for size in sizes:
+        chosen = sentences[: max(256, 2 * size)]
+        started = time.monotonic()
+        for first in range(0, len(chosen), size):
+            engine.translate(chosen[first : first + size], batch_size=size)
+        at_batch[size] = len(chosen) / (time.monotonic() - started)
     singles = []
-    for sentence in sentences[:20]:
+    for sentence in sentences[:SINGLES]:
         started = time.monotonic()
         engine.translate([sentence])
         singles.append(time.monotonic() - started)
-    return rate, statistics.median(singles)
+    return Offline(rate, at_batch, singles)
 
 
 async def measure(
@@ -209,7 +247,7 @@ class Served:
 def serve_and_load(args: argparse.Namespace, engine: str, sentences: list[str]) -> Served:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    process = start_server(args.model, engine, args.device, args.dtype, port)
+    process = start_server(args, engine, port)
     try:
         start = rss_mb(process.pid)
         results = asyncio.run(measure(url, workloads(sentences), args))
@@ -242,32 +280,46 @@ def main() -> None:
         "--soak_minutes", type=float, default=0, help="then load each server this long (0: no soak)"
     )
     parser.add_argument("--soak_clients", type=int, default=32, help="clients of the soak")
+    parser.add_argument(
+        "--decoding_workers", type=int, default=None, help="the servers' --decoding_workers (default: theirs)"
+    )
     args = parser.parse_args()
     sentences = list(dict.fromkeys(load_tatoeba()[0]["source"]))[: args.sentences]
     print(f"{len(sentences)} Tatoeba sentences; {os.cpu_count()} CPUs")
-    offline_rates, singles = {}, {}
+    offline_runs = {}
     for engine in args.engines:
         options = EngineOptions(engine=engine, device=args.device, dtype=args.dtype)
-        offline_rates[engine], singles[engine] = offline(args.model, options, sentences)
+        run = offline_runs[engine] = offline(args.model, options, sentences, batch_sizes(args))
         print(
-            f"{engine}: offline {figure(offline_rates[engine])} sentences/s, one sentence {singles[engine]:.3f} s"
+            f"{engine}: offline {figure(run.rate)} sentences/s, one sentence p50 {percentile(run.singles, 0.5):.3f} s "
+            f"p95 {percentile(run.singles, 0.95):.3f} s; in batches of "
+            + ", ".join(f"{size}: {figure(rate)}" for size, rate in run.at_batch.items())
         )
     served = {engine: serve_and_load(args, engine, sentences) for engine in args.engines}
+    rates = {engine: run.rate for engine, run in offline_runs.items()}
     print(
         "| engine | workload | clients | sentences/s | p50 s | p95 s | p99 s | errors | × translate() "
-        "| × translate_batch | p95 / single |"
+        "| × translate_batch | × at its batch | p95 / single p95 |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for engine, run in served.items():
+        reference = offline_runs[engine]
         for workload, result in run.results:
             rate = result.sentences_per_second
-            single_ratio = f"{result.percentile(0.95) / singles[engine]:.2f}" if result.clients == 1 else ""
+            per = 1 if workload == "sentences" else SENTENCES_PER_PARAGRAPH
+            at_batch = reference.at_batch[result.clients * per]
+            single_p95 = percentile(reference.singles, 0.95)
+            single_ratio = f"{result.percentile(0.95) / single_p95:.2f}" if result.clients == 1 else ""
             print(
                 f"| {engine} | {workload} | {result.clients} | {figure(rate)} | {result.percentile(0.5):.3f} | "
                 f"{result.percentile(0.95):.3f} | {result.percentile(0.99):.3f} | {result.errors} | "
-                f"{ratio(rate, offline_rates.get('torch'))} | {ratio(rate, offline_rates.get('ctranslate2'))} | "
-                f"{single_ratio} |"
+                f"{ratio(rate, rates.get('torch'))} | {ratio(rate, rates.get('ctranslate2'))} | "
+                f"{ratio(rate, at_batch)} | {single_ratio} |"
             )
+    for engine, run in served.items():
+        for workload, result in run.results:
+            for failure, count in result.failures.most_common(3):
+                print(f"{engine} {workload} {result.clients} clients: {count} × {failure}")
     for engine, run in served.items():
         print(
             f"{engine}: server RSS {run.rss_start:.0f} MB after its warm-up, {run.rss_end:.0f} MB after the "
@@ -284,6 +336,9 @@ def main() -> None:
             f"| {engine} | {args.soak_minutes:g} | {result.clients} | {figure(result.sentences_per_second)} | "
             f"{result.errors} | {before:.0f} | {after:.0f} | {growth(before, after)} |"
         )
+    for engine, (result, _, _) in soaks.items():
+        for failure, count in result.failures.most_common(3):
+            print(f"{engine} soak: {count} × {failure}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """benchmarks/bench_serve.py end to end in miniature (issue 62): the real servers (torch and CTranslate2) under a few
 seconds of load from a few clients, on the small sample model in float32; its printed rows parse and hold what the
-issue asks for (sentences/s, p50/p95/p99, errors, the ratios to offline `translate()` and `translate_batch`, the
-RSS growth, the soak). The figures themselves are the lead's to measure, on a quiet machine."""
+issue asks for (sentences/s, p50/p95/p99, errors, the ratios to offline `translate()`, `translate_batch` and offline
+decoding at the batch each load can form, one client's p95 against one-sentence calls' p95, the RSS growth, the
+soak). The figures themselves are the lead's to measure, on a quiet machine."""
 
 import re
 import subprocess
@@ -15,7 +16,7 @@ from tests.serving.server_process import ENV, REPO, sample_folder
 NUMBER = r"(\d+(?:\.\d+)?(?:e[+-]\d+)?)"
 LOAD_ROW = re.compile(
     rf"^\| (torch|ctranslate2) \| (sentences|paragraphs) \| (\d+) \| {NUMBER} \| {NUMBER} \| {NUMBER} \| "
-    rf"{NUMBER} \| (\d+) \| {NUMBER} \| {NUMBER} \| {NUMBER}? \|$"
+    rf"{NUMBER} \| (\d+) \| {NUMBER} \| {NUMBER} \| {NUMBER} \| {NUMBER}? \|$"
 )
 RSS_LINE = re.compile(
     rf"^(torch|ctranslate2): server RSS {NUMBER} MB after its warm-up, {NUMBER} MB after the loads "
@@ -24,7 +25,10 @@ RSS_LINE = re.compile(
 SOAK_ROW = re.compile(
     rf"^\| (torch|ctranslate2) \| 0\.05 \| 2 \| {NUMBER} \| (\d+) \| {NUMBER} \| {NUMBER} \| ([+-]\d+\.\d)% \|$"
 )
-OFFLINE_LINE = re.compile(rf"^(torch|ctranslate2): offline {NUMBER} sentences/s, one sentence {NUMBER} s$")
+OFFLINE_LINE = re.compile(
+    rf"^(torch|ctranslate2): offline {NUMBER} sentences/s, one sentence p50 {NUMBER} s p95 {NUMBER} s; in "
+    rf"batches of 1: {NUMBER}, 2: {NUMBER}, 3: {NUMBER}, 6: {NUMBER}$"
+)
 
 
 @pytest.mark.slow
@@ -50,7 +54,14 @@ def test_the_serving_benchmark_runs_in_miniature_and_prints_what_the_issue_asks(
     lines = completed.stdout.splitlines()
     print(completed.stdout)  # shown when an assertion fails
     assert lines[0].startswith("12 Tatoeba sentences; ")
-    assert {match[1] for line in lines if (match := OFFLINE_LINE.match(line))} == {"torch", "ctranslate2"}
+    offline = {
+        match[1]: [float(value) for value in match.groups()[1:]]
+        for line in lines
+        if (match := OFFLINE_LINE.match(line))
+    }
+    assert set(offline) == {"torch", "ctranslate2"}
+    assert all(value > 0 for values in offline.values() for value in values)
+    assert all(p50 <= p95 for _, p50, p95, *_ in offline.values())
 
     rows = [match.groups() for line in lines if (match := LOAD_ROW.match(line))]
     assert sorted((engine, workload, int(clients)) for engine, workload, clients, *_ in rows) == sorted(
@@ -59,10 +70,10 @@ def test_the_serving_benchmark_runs_in_miniature_and_prints_what_the_issue_asks(
         for workload in ("sentences", "paragraphs")
         for clients in (1, 2)
     )
-    for _, _, clients, rate, p50, p95, p99, errors, to_translate, to_batch, to_single in rows:
+    for _, _, clients, rate, p50, p95, p99, errors, to_translate, to_batch, at_batch, to_single in rows:
         assert float(rate) > 0 and float(p50) <= float(p95) <= float(p99)
         assert int(errors) == 0  # nothing refused, nothing lost
-        assert float(to_translate) > 0 and float(to_batch) > 0
+        assert float(to_translate) > 0 and float(to_batch) > 0 and float(at_batch) > 0
         assert (to_single is not None) == (clients == "1")
 
     rss = {match[1]: match.groups()[1:] for line in lines if (match := RSS_LINE.match(line))}
