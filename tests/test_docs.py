@@ -274,6 +274,7 @@ def test_the_cli_reference_is_every_console_command_with_its_help_and_exit_statu
     statuses = hooks.exit_statuses()
     for command, target in hooks.console_commands().items():
         assert f"## `{command}`" in reference and f"| `{command}` |" in statuses
+        assert f'<a id="{command}--verbose" href="#{command}--verbose">' in reference  # issue 59
         for action in hooks.command_parser(target)._actions:  # every option in a table, with its anchor
             anchor = f"{command}--{max(action.option_strings or [action.dest], key=len).lstrip('-')}"
             assert f'<a id="{anchor}" href="#{anchor}">' in reference, anchor

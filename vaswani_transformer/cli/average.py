@@ -21,7 +21,7 @@ from pathlib import Path
 from ..files import check_apart, check_writable
 from ..training.checkpoints import average_last
 from ..training.run_folder import OPTIONS_FILE
-from .command import command
+from .command import add_verbose_option, command
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -36,6 +36,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="output folder, new or an earlier average (default: RUN_DIR/averaged)",
     )
+    add_verbose_option(parser)
     args = parser.parse_args(argv)
     if args.last < 1:
         parser.error(f"--last must be at least 1, got {args.last}")

@@ -14,6 +14,7 @@ from vaswani_transformer_commands import (
     INTERRUPTED,
     TERMINATED,
     VERBOSE_FLAG,
+    VERBOSE_HELP,
     Interrupted,
     Main,
     Terminated,
@@ -32,6 +33,7 @@ __all__ = [
     "Interrupted",
     "Main",
     "Terminated",
+    "add_verbose_option",
     "command",
     "parse_intermixed_args",
 ]
@@ -90,6 +92,12 @@ def command(main: Main) -> Main:
         return ending_on_signals(within_memory)
 
     return run
+
+
+def add_verbose_option(parser: argparse.ArgumentParser) -> None:
+    """--verbose among the parser's options, so that every command's --help lists it. `command` takes it out of the
+    arguments before the parser sees them, so it never reaches the parsed namespace (its default is no value)."""
+    parser.add_argument(VERBOSE_FLAG, action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
 
 
 def parse_intermixed_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..convert import convert_fairseq, convert_fsmt
-from .command import command
+from .command import add_verbose_option, command
 
 OVERWRITE_HELP = (
     "write into a non-empty OUT: the converted files replace those of the same name, other files stay"
@@ -45,6 +45,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             "out", type=Path, help="folder for the converted model (new or empty; apart from the input)"
         )
         subcommand.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    for each in (parser, fsmt, fairseq):
+        add_verbose_option(each)
     return parser.parse_args(argv)
 
 

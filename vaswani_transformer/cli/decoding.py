@@ -5,13 +5,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vaswani_transformer_commands import VERBOSE_FLAG, VERBOSE_HELP
-
 from ..engines.options import DTYPES, ENGINES, QUANTIZATIONS, EngineOptions, check_engine_options
 from ..files import HASH_ALWAYS_BYTES
 from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE
 from ..trust import TRUST_FLAG, TRUST_HELP
 from ..values import LENGTH_PENALTY_LIMIT, check_length_penalty, finite_float
+from .command import add_verbose_option
 
 ENGINE_HELP = (
     "torch (default): the model in PyTorch. onnxruntime: the model's ONNX export (pip install "
@@ -96,8 +95,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
         f"the files up to {HASH_ALWAYS_BYTES >> 20} MiB; a damaged one is converted anew",
     )
     engine.add_argument(TRUST_FLAG, "--trust-remote-code", action="store_true", help=TRUST_HELP)
-    # for --help: `command` takes --verbose out of the arguments before the parser sees them
-    parser.add_argument(VERBOSE_FLAG, action="store_true", help=VERBOSE_HELP)
+    add_verbose_option(parser)
 
 
 def engine_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> EngineOptions:

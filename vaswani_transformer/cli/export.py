@@ -23,7 +23,7 @@ from pathlib import Path
 from ..engines.ctranslate2 import MAX_EXPORT_POSITIONS, WEIGHT_TYPES, check_max_positions, to_ctranslate2
 from ..files import check_apart, is_local_path
 from ..trust import TRUST_FLAG, TRUST_HELP
-from .command import command
+from .command import add_verbose_option, command
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -54,6 +54,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="write into a non-empty OUTPUT_DIR: the export's files replace those of the same name, other files stay",
     )
     parser.add_argument(TRUST_FLAG, "--trust-remote-code", action="store_true", help=TRUST_HELP)
+    add_verbose_option(parser)
     args = parser.parse_args(argv)
     try:
         check_max_positions(args.max_positions, "--max_positions")

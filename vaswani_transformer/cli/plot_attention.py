@@ -20,7 +20,7 @@ from ..evaluation.loading import load_for_decoding
 from ..files import WriteError, check_apart, check_writable, is_local_path, write_failures_named
 from ..plotting import attention_maps, plot_attention
 from ..trust import TRUST_FLAG, TRUST_HELP
-from .command import command
+from .command import add_verbose_option, command
 
 FILE_NAMES = {
     "cross": "cross_attention_layer{}.png",
@@ -49,6 +49,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=Path("."),
         help="folder for the PNGs (not the model folder or one inside it)",
     )
+    add_verbose_option(parser)
     args = parser.parse_args(argv)
     if args.layer == 0:
         parser.error("--layer counts from 1 (first) or from -1 (last)")

@@ -17,7 +17,7 @@ from ..plotting import (
     check_positional_encoding_size,
     plot_positional_encoding,
 )
-from .command import command
+from .command import add_verbose_option, command
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -40,6 +40,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=Path("positional_encoding.png"),
         help="the figure's file, never one of a model folder's; its suffix is the format (.png, .pdf, .svg, …)",
     )
+    add_verbose_option(parser)
     args = parser.parse_args(argv)
     if args.d_model < 2 or args.d_model % 2:
         parser.error(f"--d_model must be even and at least 2, got {args.d_model}")

@@ -26,7 +26,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..files import check_apart
 from ..hub import push_to_hub, write_hub_folder
-from .command import command
+from .command import add_verbose_option, command
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -46,6 +46,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=Path,
         help="write the files to this new folder (apart from MODEL_DIR) instead of uploading",
     )
+    add_verbose_option(parser)
     args = parser.parse_args(argv)
     try:
         validate_repo_id(args.repo_id)

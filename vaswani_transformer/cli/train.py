@@ -46,7 +46,7 @@ from ..training.options import (
 )
 from ..training.recipes import available_recipes, load_recipe
 from ..training.run_folder import OPTIONS_FILE, RunFolderError, read_run_record
-from .command import Interrupted, command
+from .command import Interrupted, add_verbose_option, command
 
 WRITE_FAILED = 5  # the exit status of a run that a full disk or read-only folder stopped
 
@@ -96,6 +96,7 @@ def parse_options(
         "default: defaults.yaml there)"
     )
     _accept_none(parser)
+    add_verbose_option(parser)
     name = known.recipe or DEFAULT_RECIPE
     recipe = load_recipe(name, allowed=option_names(), cuda=cuda)
     parser.set_defaults(**recipe, recipe=name, cuda_section=cuda)
