@@ -241,7 +241,10 @@ WRITERS: dict[str, Callable[[Path], tuple[Path, Callable[[], int]]]] = {
 }
 
 
-@pytest.mark.parametrize("name", WRITERS)
+@pytest.mark.parametrize(
+    "name",  # the ONNX export is slow (an end-to-end export); the other writers share its cleanup
+    [pytest.param(name, marks=pytest.mark.slow) if name == "export-onnx" else name for name in WRITERS],
+)
 def test_what_a_killed_writer_left_is_removed_by_the_next_run(
     name: str, model: Path, run: Path, tmp_path: Path, ended_pid: int, live_pid: int
 ) -> None:

@@ -47,6 +47,31 @@ def test_the_digest_is_of_the_texts_in_order_and_their_boundaries() -> None:
         assert content_digest(other) != base
 
 
+def test_a_selection_is_read_a_batch_at_a_time_not_a_row_at_a_time() -> None:
+    """A selection's batches (any order, a selection of a selection) hold its rows in a few Arrow chunks, not one
+    per row (which cost the digest a Python call per row), and its digest is that of the same texts built anew."""
+    corpus = concatenate_datasets(
+        [
+            pairs([f"s{i}" for i in range(start, start + 60)], [f"t{i}" for i in range(start, start + 60)])
+            for start in (0, 60)
+        ]
+    )
+    for selection in (
+        corpus.select(range(119, -1, -1)),
+        corpus.shuffle(seed=0).select(range(100)),
+        corpus.select(range(0, 120, 2)).select([5, 3, 40, 41, 7]),
+    ):
+        batches = list(arrow_batches(selection, ["target", "source"], 50))
+        assert [batch.num_rows for batch in batches] == [50] * (len(selection) // 50) + [
+            len(selection) % 50
+        ] * (len(selection) % 50 > 0)
+        assert (
+            pa.concat_tables(batches).to_pydict() == selection.select_columns(["target", "source"]).to_dict()
+        )
+        assert all(column.num_chunks <= 2 for batch in batches for column in batch.columns)
+        assert content_digest(selection) == content_digest(pairs(selection["source"], selection["target"]))
+
+
 def test_the_bpe_sample_is_seeded_in_corpus_order_and_whole_below_the_cap() -> None:
     corpus = pairs([f"s{i}" for i in range(100)], [f"t{i}" for i in range(100)])
     assert bpe_sample(corpus, 0, seed=0) is corpus and bpe_sample(corpus, 100, seed=0) is corpus

@@ -85,12 +85,19 @@ DECODING_SETTINGS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def random_ct2_dir(random_model_dirs, tmp_path_factory) -> Path:
+    """The random model converted once, for every decoding setting below."""
+    return to_ctranslate2(random_model_dirs["random"], tmp_path_factory.mktemp("random-ct2") / "ct2")
+
+
 @pytest.mark.parametrize("settings", DECODING_SETTINGS, ids=str)
-def test_translator_and_engine_take_translates_decoding_names(settings, random_model_dirs, tmp_path) -> None:
-    model_dir = random_model_dirs["random"]
-    model, tokenizer = load_for_decoding(model_dir, device="cpu", dtype=torch.float32)
+def test_translator_and_engine_take_translates_decoding_names(
+    settings, random_model_dirs, random_ct2_dir
+) -> None:
+    model, tokenizer = load_for_decoding(random_model_dirs["random"], device="cpu", dtype=torch.float32)
     expected = translate(SENTENCES, model, tokenizer, dtype=torch.float32, **settings)
-    translator = CTranslate2Translator(to_ctranslate2(model_dir, tmp_path / "ct2"))
+    translator = CTranslate2Translator(random_ct2_dir)
     assert translator.translate(SENTENCES, **settings) == expected
     assert CTranslate2Engine(translator).translate(SENTENCES, **settings) == expected
     if "max_new_tokens" in settings:  # the limit cut the translations: the setting was used, not dropped

@@ -211,8 +211,11 @@ def two_threads():
 
 @pytest.fixture(scope="module")
 def random_weights(trained_run, tmp_path_factory):
-    """Random weights on the miniature's architecture: distinct translations (conftest)."""
-    folder = save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("random") / "model")
+    """Random weights on the miniature's architecture: distinct translations (conftest), which never end, so
+    limited to source + 10 tokens (not the paper's + 50) to keep each decoding short."""
+    folder = save_random_model(
+        trained_run.model_dir, tmp_path_factory.mktemp("random") / "model", max_length_offset=10
+    )
     return load_for_decoding(folder, device="cpu")
 
 

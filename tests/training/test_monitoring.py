@@ -151,12 +151,14 @@ def train_reversal(
     return trainer, floor
 
 
+@pytest.mark.slow  # a training run of 200+ steps (the rules themselves: test_health_check_rules)
 def test_a_healthy_run_passes_the_check(letter_tokenizer, reversal_pairs, tmp_path: Path) -> None:
     trainer, floor = train_reversal(letter_tokenizer, reversal_pairs, tmp_path, lr_scale=0.1)
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert trainer.state.global_step == 220 and losses[-1] < floor
 
 
+@pytest.mark.slow  # a training run of 200+ steps (the rules themselves: test_health_check_rules)
 def test_a_learning_rate_far_too_high_is_stopped_as_collapse(
     letter_tokenizer, reversal_pairs, tmp_path
 ) -> None:

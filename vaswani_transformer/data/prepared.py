@@ -179,14 +179,23 @@ def arrow_batches(pairs: Dataset, columns: Sequence[str], batch_size: int) -> It
     When the pairs are rows of one Arrow file in file order (a corpus read into the data cache, or an in-order
     selection of it such as `bpe_sample`'s), the file is read with plain reads, a record batch at a time: read
     through the memory mapping, every page would stay resident in this process until the mapping goes (1.3 GB
-    of the paper's 4.5M pairs, counted in its peak RSS although the kernel may reclaim it)."""
+    of the paper's 4.5M pairs, counted in its peak RSS although the kernel may reclaim it). Other selections are
+    taken from their table a batch at a time."""
     source = _file_rows(pairs)
-    if source is None:
+    if source is not None:
+        for table in _file_batches(*source, columns):
+            for start in range(0, table.num_rows, batch_size):
+                yield table.slice(start, batch_size)
+        return
+    indices = pairs._indices  # datasets' row selection, if any (it has no public accessor)
+    if indices is None:
         yield from pairs.select_columns(list(columns)).with_format("arrow").iter(batch_size=batch_size)
         return
-    for table in _file_batches(*source, columns):
-        for start in range(0, table.num_rows, batch_size):
-            yield table.slice(start, batch_size)
+    # One Arrow `take` per batch: datasets' own iteration gathers a selection one slice per row, a batch of
+    # one-row chunks that then costs a Python call per row (`content_digest` hashes chunk by chunk).
+    table, rows = pairs.data.table.select(list(columns)), indices.column(0)
+    for start in range(0, len(rows), batch_size):
+        yield table.take(rows.slice(start, batch_size))
 
 
 def _file_rows(pairs: Dataset) -> tuple[str, np.ndarray | None] | None:
