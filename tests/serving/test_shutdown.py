@@ -46,19 +46,18 @@ def test_sigterm_in_the_middle_of_a_32_client_load_answers_every_accepted_reques
     flags = (*GREEDY, "--max_wait_ms", "20", "--shutdown_timeout", "120", "--request_timeout", "300")
     with serving(folder, *flags) as server:
         answers: list[tuple[str, float, httpx.Response | httpx.TransportError]] = []
-        stop, signalled_event = threading.Event(), threading.Event()
+        stop = threading.Event()
 
         def client(number: int) -> None:
             sent = 0
             while not stop.is_set():
                 sentence = SENTENCES[(number + sent) % len(SENTENCES)]
                 body = {"q": sentence, "source": "en", "target": "de", "max_new_tokens": 8}
-                after_signal = signalled_event.is_set()
                 try:
                     answer = httpx.post(f"{server.url}/v1/translate", json=body, timeout=300)
-                except httpx.TransportError as error:
-                    if after_signal and isinstance(error, httpx.ConnectError):
-                        continue  # the drained server no longer listens: refused, never accepted
+                except httpx.ConnectError:
+                    continue  # refused, never accepted: the drained server no longer listens
+                except httpx.TransportError as error:  # accepted, then dropped
                     answer = error
                 answers.append((sentence, time.monotonic(), answer))
                 sent += 1
@@ -68,7 +67,6 @@ def test_sigterm_in_the_middle_of_a_32_client_load_answers_every_accepted_reques
             thread.start()
         until(lambda: len(answers) >= 64, 240)  # the load is under way
         signalled = time.monotonic()
-        signalled_event.set()
         server.process.send_signal(signal.SIGTERM)
         until(lambda: "SIGTERM" in server.stderr())
         stop.set()  # the clients send no more: the server may end once it has answered what it accepted
