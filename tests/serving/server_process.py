@@ -87,7 +87,7 @@ def serving(model: Path, *flags: str) -> Iterator[Served]:
         with log.open("wb") as stderr:
             process = subprocess.Popen(
                 serve_command(model, port, *CPU_FLOAT32, "--log_level", "warning", *flags),
-                stdout=subprocess.DEVNULL,
+                stdout=stderr,  # uvicorn's access log (at --log_level info) goes to standard output
                 stderr=stderr,
                 env=ENV,
             )

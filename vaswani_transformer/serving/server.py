@@ -1,6 +1,6 @@
 """Running the app under uvicorn with a graceful end: the first SIGTERM or SIGINT makes the server drain (new
-requests get 503, `/ready` says so), and it exits once every accepted request is answered or `shutdown_timeout`
-seconds have passed, whichever is first: the requests still open then are answered 503 with Retry-After (their
+requests get 503, `/ready` says so), and it exits once every accepted request is answered (then it stops listening
+and answers what had reached it before that) or `shutdown_timeout` seconds have passed, whichever is first: the requests still open then are answered 503 with Retry-After (their
 sentences dropped; a batch decoding at that moment finishes first). A second signal ends the process at once, with
 the signal's exit status (128 + its number)."""
 
@@ -32,6 +32,7 @@ class DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.state, self.batcher, self.shutdown_timeout = state, batcher, shutdown_timeout
         self.drain_deadline: float | None = None
+        self.listening_stopped: float | None = None  # when it stopped listening, once drained
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.drain_deadline is not None:
@@ -49,7 +50,9 @@ class DrainingServer(uvicorn.Server):
     async def on_tick(self, counter: int) -> bool:
         if self.drain_deadline is None:
             return await super().on_tick(counter)
-        if self.state.open_requests == 0 or time.monotonic() >= self.drain_deadline + ANSWER_WHAT_IS_OPEN:
+        if time.monotonic() >= self.drain_deadline + ANSWER_WHAT_IS_OPEN:
+            return True
+        if self.state.open_requests == 0 and self.stopped_listening():
             return True
         if time.monotonic() >= self.drain_deadline and not self.state.out_of_time.is_set():
             logger.warning(
@@ -59,6 +62,19 @@ class DrainingServer(uvicorn.Server):
             )
             self.state.out_of_time.set()
         return await super().on_tick(counter)
+
+    def stopped_listening(self) -> bool:
+        """Whether the server may end now that no request is open: it first stops listening, then answers (503)
+        what reached it before that, until no connection is left or GRACE_AFTER_DRAIN has passed. Ending while
+        connections still held unread requests reset them: requests sent before the signal went unanswered."""
+        if self.listening_stopped is None:
+            for server in self.servers:
+                server.close()
+            self.listening_stopped = time.monotonic()
+        return (
+            not self.server_state.connections
+            or time.monotonic() >= self.listening_stopped + GRACE_AFTER_DRAIN
+        )
 
     @contextmanager
     def capture_signals(self) -> Iterator[None]:
