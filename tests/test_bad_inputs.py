@@ -1065,6 +1065,11 @@ CASES |= CUDA_GRAPH_CASES
 # Issue 62: vaswani-serve refuses bad options and a model it cannot serve before it listens
 SERVE_CASES: dict[str, Case] = {
     "serve port 0": Case("serve", lambda ws: [ws.model, "--port", "0"], "--port must be positive, got 0"),
+    "serve decoding_workers 0": Case(
+        "serve",
+        lambda ws: [ws.model, "--decoding_workers", "0"],
+        "--decoding_workers must be at least 1, got 0",
+    ),
     "serve max_queue 0": Case(
         "serve", lambda ws: [ws.model, "--max_queue", "0"], "--max_queue must be positive"
     ),
