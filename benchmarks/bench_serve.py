@@ -74,6 +74,10 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered) + 0.5) - 1))]
 
 
+def sentences_per_request(workload: str) -> int:
+    return 1 if workload == "sentences" else SENTENCES_PER_PARAGRAPH
+
+
 def workloads(sentences: list[str]) -> dict[str, list[str]]:
     """Each request's text: one sentence, or a paragraph of SENTENCES_PER_PARAGRAPH consecutive ones."""
     step = SENTENCES_PER_PARAGRAPH
@@ -209,7 +213,7 @@ async def measure(
     async with httpx.AsyncClient(base_url=url, timeout=args.seconds + 60, limits=limits) as client:
         target = (await client.get("/languages")).json()[0]["targets"][0]
         for workload, items in texts.items():
-            per_text = 1 if workload == "sentences" else SENTENCES_PER_PARAGRAPH
+            per_text = sentences_per_request(workload)
             for clients in args.clients:
                 result = await load(client, items, clients, args.requests, args.seconds, per_text, target)
                 results.append((workload, result))
@@ -304,11 +308,10 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for engine, run in served.items():
         reference = offline_runs[engine]
+        single_p95 = percentile(reference.singles, 0.95)
         for workload, result in run.results:
             rate = result.sentences_per_second
-            per = 1 if workload == "sentences" else SENTENCES_PER_PARAGRAPH
-            at_batch = reference.at_batch[result.clients * per]
-            single_p95 = percentile(reference.singles, 0.95)
+            at_batch = reference.at_batch[result.clients * sentences_per_request(workload)]
             single_ratio = f"{result.percentile(0.95) / single_p95:.2f}" if result.clients == 1 else ""
             print(
                 f"| {engine} | {workload} | {result.clients} | {figure(rate)} | {result.percentile(0.5):.3f} | "

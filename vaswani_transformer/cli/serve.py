@@ -4,8 +4,8 @@ GET /ready, GET /metrics (Prometheus) and the API's pages at /docs.
 
 Sentences of requests that arrive together are decoded together: the oldest waits at most --max_wait_ms for
 others, and one batch holds at most --max_batch_tokens padded source tokens; --decoding_workers batches decode at
-once (default: two on a multi-core CPU, one on a GPU), on worker threads, so the server answers while it decodes. LibreTranslate's API translates a paragraph sentence by sentence and
-joins the translations with the paragraph's own spacing (the native API with "split_sentences": true).
+once (default: two on a multi-core CPU, one on a GPU), on worker threads, so the server answers while it decodes.
+LibreTranslate's API translates a paragraph sentence by sentence and joins the translations with the paragraph's own spacing (the native API with "split_sentences": true).
 Decoding is the model's (the paper's §6.1) unless --num_beams or --length_penalty say otherwise; a native request
 may set its own.
 

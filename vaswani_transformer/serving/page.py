@@ -64,9 +64,8 @@ def add_page(app: FastAPI, engine: Engine, batcher: Batcher, limits: ServerLimit
         limits.check_text([asked.q, asked.translation], 1)
 
         def maps() -> dict[str, Any]:
-            with (
-                batcher.model_idle()
-            ):  # between batches: attention_maps switches the model to eager attention
+            # between batches: attention_maps switches the model to eager attention
+            with batcher.model_idle():
                 (found,) = attention_maps(model, engine.tokenizer, [asked.q], [asked.translation])
             return {
                 "source_tokens": found.source_tokens,

@@ -1,7 +1,7 @@
 """Running the app under uvicorn with a graceful end: the first SIGTERM or SIGINT makes the server drain (new
 requests get 503, `/ready` says so), and it exits once every accepted request is answered (then it stops listening
-and answers what had reached it before that) or `shutdown_timeout` seconds have passed, whichever is first: the requests still open then are answered 503 with Retry-After (their
-sentences dropped; a batch decoding at that moment finishes first). A second signal ends the process at once, with
+and answers what had reached it before that) or `shutdown_timeout` seconds have passed, whichever is first: the
+requests still open then are answered 503 with Retry-After (their sentences dropped; a batch decoding at that moment finishes first). A second signal ends the process at once, with
 the signal's exit status (128 + its number)."""
 
 import logging
