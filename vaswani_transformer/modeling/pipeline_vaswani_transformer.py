@@ -140,11 +140,6 @@ def decoding_workers(device: torch.device, batches: int, workers: int | None = N
     return 2 if device.type == "cpu" and torch.get_num_threads() >= 2 and batches >= 2 else 1
 
 
-def threads_per_worker(workers: int) -> int:
-    """Each of `workers` decoding threads' share of torch's intra-op threads (at least one)."""
-    return max(1, torch.get_num_threads() // workers)
-
-
 @contextmanager
 def intra_op_threads(count: int) -> Iterator[None]:
     """torch's intra-op threads set to `count` in this thread, and set back afterwards."""
@@ -205,7 +200,7 @@ def decoded_batches(
         for batch in batches:
             yield batch, decode(batch, None)
         return
-    threads = threads_per_worker(workers)
+    threads = max(1, torch.get_num_threads() // workers)
     stop = threading.Event()
 
     def decode_in_worker(batch: list[int]) -> list[str] | None:

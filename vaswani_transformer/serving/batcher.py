@@ -22,8 +22,10 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import torch
+
 from ..evaluation.streaming import Translator
-from ..modeling.pipeline_vaswani_transformer import intra_op_threads, threads_per_worker
+from ..modeling.pipeline_vaswani_transformer import intra_op_threads
 
 Options = tuple[tuple[str, Any], ...]  # decoding overrides, hashable: requests with equal ones share a batch
 
@@ -100,7 +102,8 @@ class Batcher:
         self._left_over = False  # sentences a full batch left behind: they have waited their share already
         # Each worker holds its own lock while it decodes; `model_idle` holds them all.
         self._locks = [threading.Lock() for _ in range(workers)]
-        self._threads_each = threads_per_worker(workers) if workers > 1 else None
+        # each worker's share of torch's threads, as `decoded_batches` gives its workers
+        self._threads_each = max(1, torch.get_num_threads() // workers) if workers > 1 else None
         self._threads = [
             threading.Thread(target=self._work, args=(lock,), name=f"decoding-{number}", daemon=True)
             for number, lock in enumerate(self._locks)
