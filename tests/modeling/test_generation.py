@@ -1,6 +1,7 @@
 """The beam search of plain requests (beam_search_vaswani_transformer.py) against transformers' own."""
 
 import sys
+import threading
 from collections import Counter
 
 import pytest
@@ -12,6 +13,7 @@ from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.modeling import beam_search_vaswani_transformer, generation_vaswani_transformer
 from vaswani_transformer.modeling.beam_search_vaswani_transformer import BLOCK, top_continuations
+from vaswani_transformer.modeling.pipeline_vaswani_transformer import UntilSet
 
 SOURCES = torch.tensor([[5, 6, 7, 8, 9, 3], [10, 11, 12, 3, 0, 0], [40, 50, 60, 70, 3, 0]])  # padded, eos = 3
 SOURCE_BATCH = {"input_ids": SOURCES, "attention_mask": (SOURCES != 0).long()}
@@ -116,12 +118,15 @@ FINAL_SENTENCE_CASES = [(True, 1.3), (False, -1.0), ("never", 0.0)]
 
 
 @pytest.mark.parametrize(("early_stopping", "length_penalty"), FINAL_SENTENCE_CASES)
-@pytest.mark.parametrize("criteria", [None, EveryStep()])
+@pytest.mark.parametrize(
+    ("criteria", "leave"), [(None, True), (UntilSet(threading.Event()), True), (EveryStep(), False)]
+)
 def test_sentences_whose_beams_are_final_leave_the_batch(
-    monkeypatch: pytest.MonkeyPatch, early_stopping, length_penalty, criteria
+    monkeypatch: pytest.MonkeyPatch, early_stopping, length_penalty, criteria, leave
 ) -> None:
     """Once a sentence's finished beams can no longer change, the decoder stops computing its rows; every
-    sentence's output is still transformers' search's. A stopping criterion of the caller's keeps the batch."""
+    sentence's output is still transformers' search's. So also under translate()'s workers, whose UntilSet answers
+    every row alike; a stopping criterion of the caller's keeps the batch."""
     model = eos_competing_model("sdpa")
     settings = {"num_beams": 4, "max_new_tokens": 12}
     settings |= {"early_stopping": early_stopping, "length_penalty": length_penalty}
@@ -134,7 +139,7 @@ def test_sentences_whose_beams_are_final_leave_the_batch(
     assert len(rows) == 2 * 12  # each search ran to the limit: some sentence kept a beam open
     ours_rows = rows[:12]
     assert ours_rows[0] == 3 * 4
-    if criteria is None:
+    if leave:
         assert min(ours_rows) < 3 * 4 and ours_rows == sorted(ours_rows, reverse=True)  # sentences left early
     else:
         assert set(ours_rows) == {3 * 4}

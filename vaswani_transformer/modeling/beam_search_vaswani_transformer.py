@@ -90,8 +90,10 @@ def top_continuations(
 # sentence until the last one ends (a third of the rows of a Multi30k batch of 64 are such idle sentences); a
 # sentence's finished beams can no longer change once its early-stop heuristic is satisfied (every later candidate
 # is scored -1e9) or, with early_stopping=True, once all its beams are finished. Dropping such sentences changes
-# no output; it needs a cache whose rows can be selected (not the static cache, whose addresses CUDA graphs keep).
-STATELESS_CRITERIA = ("MaxLengthCriteria", "EosTokenCriteria", "MaxTimeCriteria")
+# no output; it needs a cache whose rows can be selected (not the static cache, whose addresses CUDA graphs keep),
+# and stopping criteria that answer each row alone: transformers' own, and the pipeline's UntilSet (every row alike),
+# which translate()'s workers pass (without it, two batches at once kept every sentence to the end).
+STATELESS_CRITERIA = ("MaxLengthCriteria", "EosTokenCriteria", "MaxTimeCriteria", "UntilSet")
 
 
 def final_sentences(
