@@ -24,6 +24,8 @@ the peak of its precision (MFU).
 --ctranslate2: our model exported to CTranslate2, float and int8 weights, one thread per core (intra_threads 1,
 inter_threads = cores, batches split across them: twice the throughput of all threads on one batch on 2 cores).
 Figures: sentences/s, output tokens/s, single-sentence latency (batch 1), peak GPU memory; medians of --repeats.
+--profile N (with --model): then the N operators that take the most time themselves in one run of ours default,
+one batch at a time (torch.profiler): share of the operator time, calls, time per call.
 --first_line (with --model): only the seconds from starting `vaswani-translate MODEL` on a 100,000-line standard
 input (the test sentences over and over) to its first translated line, start-up and loading included (target: 5 s),
 and the same for a one-line input (start-up, loading and one sentence).
@@ -424,6 +426,24 @@ def trained_model_run(args: argparse.Namespace) -> None:
         )
         print(f"{line}  same as ours float32 {same}/{len(lines)}  ({precision_used})")
     print(ratios_line(seconds))
+    if args.profile:
+        name = "ours default" if "ours default" in engines else "ours float32"
+        run = partial(engines[name].translate, lines, batch_size=args.batch, workers=1)
+        print_top_operators(run, args.profile, f"{name}, one batch at a time")
+
+
+def print_top_operators(run: Callable[[], object], count: int, name: str) -> None:
+    """The `count` operators of one run that take the most CPU time themselves (torch.profiler), with their share
+    of the run's operator time, their calls and time per call: where a decoding step's time goes."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.inference_mode(), torch.profiler.profile(activities=activities) as profile:
+        run()
+    events = sorted(profile.key_averages(), key=lambda event: event.self_cpu_time_total, reverse=True)
+    total = sum(event.self_cpu_time_total for event in events)
+    print(f"top {count} operators of {name}: {total / 1e6:.2f} s of operator time")
+    for event in events[:count]:
+        share, per_call = event.self_cpu_time_total / total, event.self_cpu_time_total / event.count
+        print(f"    {event.key[:48]:48s} {share:6.1%} {event.count:7,} calls {per_call:9.1f} us a call")
 
 
 def seconds_to_first_line(model: str, sources: list[str], lines: int, device: str) -> float:
@@ -500,6 +520,14 @@ def main() -> None:
         action="store_true",
         help="with --model: only the time to vaswani-translate's first line on a 100,000-line standard input",
     )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --model: then the N operators that take the most time in one run of ours default "
+        "(one batch at a time, so every operator is in one thread)",
+    )
     args = parser.parse_args()
     if args.batch is None:
         args.batch = BATCH_SIZE if args.model else 16
@@ -509,6 +537,8 @@ def main() -> None:
         )
     if args.first_line and not args.model:
         parser.error("--first_line times vaswani-translate on a trained --model")
+    if args.profile and not (args.model and args.profile > 0):
+        parser.error("--profile N (N > 0) profiles a trained --model's decoding")
     if args.onnx and not args.model:
         parser.error("--onnx times a trained --model's export")
     if (args.source or args.references or args.references_tokenized) and not args.model:
