@@ -1,4 +1,4 @@
-"""The benchmarks' own arithmetic: the FLOP count behind their MFU figures."""
+"""The benchmarks' own arithmetic: the FLOP count behind their MFU figures, and the profile they print."""
 
 import sys
 from pathlib import Path
@@ -11,6 +11,7 @@ from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_decoding import print_top_operators  # noqa: E402
 from bench_training import training_flops  # noqa: E402
 
 
@@ -83,3 +84,18 @@ def test_the_serving_benchmark_loads_a_server_and_counts_what_came_back() -> Non
     assert result.percentile(0.5) <= result.percentile(0.95) <= result.percentile(0.99)
     paragraphs = workloads(["1.", "2.", "3.", "4.", "5.", "6.", "7."])["paragraphs"]
     assert paragraphs == ["1. 2. 3.", "4. 5. 6."] and SENTENCES_PER_PARAGRAPH == 3
+
+
+def test_the_decoding_profile_names_the_operators_that_took_the_time(capsys: pytest.CaptureFixture) -> None:
+    """bench_decoding --profile: the operator that does nearly all of a run's work comes first, with its calls."""
+    a, b, small = torch.randn(256, 256), torch.randn(256, 256), torch.randn(4)
+
+    def run() -> None:
+        for _ in range(5):
+            torch.mm(a, b)
+            small.add(1)
+
+    print_top_operators(run, 2, "a test run")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("top 2 operators of a test run: ") and len(lines) == 3
+    assert lines[1].split()[0] == "aten::mm" and "5 calls" in lines[1]
