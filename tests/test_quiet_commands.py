@@ -60,6 +60,7 @@ def noise_in(stderr: str) -> list[str]:
     return [noise for noise in LIBRARY_NOISE if noise in stderr]
 
 
+@pytest.mark.slow  # commands in fresh interpreters, with and without --verbose
 def test_translate_shows_only_its_own_lines_and_the_libraries_with_verbose(model_dir) -> None:
     long_line = " ".join("abc" * 400)  # 1,200 words: more than the model's 1,024 positions
     text = f"a b c\n{long_line}\n"
@@ -85,6 +86,7 @@ def test_translate_shows_only_its_own_lines_and_the_libraries_with_verbose(model
     assert "Loading weights" in verbose.stderr and "indexing errors" not in verbose.stderr
 
 
+@pytest.mark.slow  # commands in fresh interpreters
 def test_a_refused_combination_is_one_line_without_the_usage_block(model_dir) -> None:
     refused = run_command("translate", str(model_dir), "--cuda_graphs", "--engine", "ctranslate2")
     assert refused.returncode == 2

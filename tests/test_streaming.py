@@ -101,6 +101,7 @@ def test_the_first_translations_come_out_while_standard_input_is_still_open(trai
     assert rest.decode().splitlines() == [line.decode().removesuffix("\n") for line in first]  # same input
 
 
+@pytest.mark.slow  # random weights decode every sentence to its output limit
 def test_translations_over_several_buffers_are_those_of_the_whole_input(
     random_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

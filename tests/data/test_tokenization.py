@@ -173,6 +173,7 @@ def test_unknown_normalization_is_rejected() -> None:
         train_bpe(["a b"], 10, normalization="NFD")
 
 
+@pytest.mark.slow  # a 37,000-token BPE of the whole corpus
 def test_training_on_full_tatoeba(tatoeba: Dataset) -> None:
     tokenizer = train_bpe(tatoeba["source"][:] + tatoeba["target"][:], 37000)
     assert len(tokenizer) == 37000

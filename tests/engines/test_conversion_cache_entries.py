@@ -36,6 +36,7 @@ CTRANSLATE2_DAMAGES = {
 }
 
 
+@pytest.mark.slow  # converts the model three times
 def test_a_damaged_ctranslate2_conversion_is_converted_anew_naming_the_file(
     model_dir, tmp_path, caplog, monkeypatch
 ) -> None:
@@ -137,7 +138,8 @@ def run_size_limited(command: str, *arguments: str) -> subprocess.CompletedProce
     )
 
 
-@pytest.mark.parametrize("command", ["export", pytest.param("export-onnx", marks=pytest.mark.slow)])
+@pytest.mark.slow  # commands in fresh interpreters; export-onnx also exports (dynamo)
+@pytest.mark.parametrize("command", ["export", "export-onnx"])
 def test_an_export_the_machine_refuses_leaves_nothing_and_names_the_path(
     model_dir, tmp_path, command
 ) -> None:
@@ -151,6 +153,7 @@ def test_an_export_the_machine_refuses_leaves_nothing_and_names_the_path(
     assert list(output.parent.iterdir()) == []  # no partial folder, no output
 
 
+@pytest.mark.slow  # a command in a fresh interpreter
 def test_a_conversion_the_machine_refuses_leaves_nothing_in_the_cache(model_dir, tmp_path) -> None:
     cache = tmp_path / "cache"
     source = tmp_path / "source.txt"

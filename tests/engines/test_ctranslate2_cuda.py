@@ -113,6 +113,7 @@ def fake_library(folder: Path, soname: str) -> None:
     )
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_cublas_12_is_opened_from_the_pip_wheel_and_then_found_by_name(tmp_path) -> None:
     """The nvidia-cublas-cu12 wheel's layout (site-packages/nvidia/cublas/lib), with stand-in libraries: the
     check opens them by path, after which opening `libcublas.so.12` by name, as CTranslate2 does, finds the one

@@ -59,6 +59,7 @@ def recording_compile_config(graphs: list) -> CompileConfig:
     return compile_config
 
 
+@pytest.mark.slow  # compiles a step per bucket
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_cuda_graph_translations_equal_the_plain_ones_with_one_graph_per_bucket(
     model, letter_tokenizer, num_beams

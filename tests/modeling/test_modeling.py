@@ -338,6 +338,7 @@ def compiling_on_every_device(**options: object) -> CompileConfig:
     return compile_config
 
 
+@pytest.mark.slow  # compiles the decoding step
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_decoding_steps_compile_to_one_graph(source_batch, num_beams) -> None:
     """With a static cache the decoding step traces as one graph (fullgraph: a graph break raises), as CUDA graphs

@@ -79,6 +79,7 @@ print(json.dumps(handler({"inputs": [sys.argv[2]], "parameters": parameters})))
 """
 
 
+@pytest.mark.slow  # the saved folder's handler in a fresh interpreter
 def test_a_saved_folder_s_own_code_splits_too(loaded, tmp_path: Path) -> None:
     """The splitter travels with the pipeline's code (remote code): a saved folder's Inference Endpoints handler
     splits where only torch, transformers and sentencex are installed."""

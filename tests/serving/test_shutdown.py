@@ -16,6 +16,8 @@ import pytest
 from tests.serving.server_process import post_in_thread, sample_folder, serving, until
 from vaswani_transformer.engines import EngineOptions, load_engine
 
+pytestmark = pytest.mark.slow  # server processes (fresh interpreters loading a model) under load
+
 GREEDY = ("--num_beams", "1")
 SENTENCES = ["No.", "Who are you?", "Tom is reading a book in the garden.", "Hi.", "Run!", "It is raining."]
 # Slow work: one sentence a batch (--batch_size 1), each decoded to 200 tokens (the sample's random weights do
