@@ -92,7 +92,7 @@ def top_continuations(
 # is scored -1e9) or, with early_stopping=True, once all its beams are finished. Dropping such sentences changes
 # no output; it needs a cache whose rows can be selected (not the static cache, whose addresses CUDA graphs keep),
 # and stopping criteria that answer each row alone: transformers' own, and the pipeline's UntilSet (every row alike),
-# which translate()'s workers pass (without it, two batches at once kept every sentence to the end).
+# which translate()'s workers pass (docs/decisions/decoding-batches.md).
 STATELESS_CRITERIA = ("MaxLengthCriteria", "EosTokenCriteria", "MaxTimeCriteria", "UntilSet")
 
 
