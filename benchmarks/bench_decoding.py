@@ -537,7 +537,7 @@ def main() -> None:
         )
     if args.first_line and not args.model:
         parser.error("--first_line times vaswani-translate on a trained --model")
-    if args.profile and not (args.model and args.profile > 0):
+    if args.profile < 0 or (args.profile and not args.model):
         parser.error("--profile N (N > 0) profiles a trained --model's decoding")
     if args.onnx and not args.model:
         parser.error("--onnx times a trained --model's export")
