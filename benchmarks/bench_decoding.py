@@ -20,7 +20,9 @@ and in ours's precision (like for like). The machine's own float32 and bfloat16 
 first, and each run's FLOP/s (matrix products counted by torch's FlopCounterMode on one run) is given as a share of
 the peak of its precision (MFU).
 --compile (fixed-length run): both models decode with transformers' static cache and a torch.compile'd forward
-(CUDA graphs on a GPU); the untimed first round of each shape pays the compiling.
+(CUDA graphs on a GPU); the untimed first round of each shape pays the compiling. With --model: also ours through
+translate()'s compiled path (`cuda_graphs=True`: a static cache and one graph per bucket of shapes; on a CPU
+compiled by Inductor, no CUDA graphs), its first run (compiling included) timed alone, then warm in the medians.
 --ctranslate2: our model exported to CTranslate2, float and int8 weights, one thread per core (intra_threads 1,
 inter_threads = cores, batches split across them: twice the throughput of all threads on one batch on 2 cores).
 Figures: sentences/s, output tokens/s, single-sentence latency (batch 1), peak GPU memory; medians of --repeats.
@@ -57,7 +59,7 @@ from peers import (
     resolve_dtype,
 )
 from torch.utils.flop_counter import FlopCounterMode
-from transformers import PreTrainedModel
+from transformers import CompileConfig, PreTrainedModel
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import read_text_lines
@@ -310,7 +312,22 @@ def trained_engines(args: argparse.Namespace, cache: Path) -> dict[str, Any]:
     loaded = {name: load_engine(args.model, option) for name, option in options.items()}
     if args.int8_alternatives:
         loaded["ours int8 (torch.ao)"] = quantize_dynamic_engine(args.model)
+    if args.compile:  # the default precision's model, through translate()'s compiled path
+        default = loaded.get("ours default", loaded["ours float32"])
+        loaded["ours compiled"] = TorchEngine(
+            default.model, default.tokenizer, default.dtype, cuda_graphs=True
+        )
     return loaded
+
+
+def compiled_path_options(device: str) -> dict[str, Any]:
+    """translate()'s keywords for the engine `--compile` adds: on a GPU none (CUDA graphs), elsewhere a
+    compile_config that compiles there too, as one graph per bucket with Inductor's kernels."""
+    if device.startswith("cuda"):
+        return {}
+    compile_config = CompileConfig(dynamic=False, fullgraph=True)
+    compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless told
+    return {"compile_config": compile_config}
 
 
 def quantize_dynamic_engine(model: str) -> TorchEngine:
@@ -392,6 +409,13 @@ def trained_model_run(args: argparse.Namespace) -> None:
         if "ours default" in engines:  # the default decodes two batches at once on a multi-core CPU
             runs["ours default, 1 worker"] = partial(
                 engines["ours default"].translate, lines, batch_size=args.batch, workers=1
+            )
+        if "ours compiled" in engines:  # its first run compiles, so it is timed alone before the medians
+            runs["ours compiled"] = partial(runs["ours compiled"], **compiled_path_options(args.device))
+            start = time.perf_counter()
+            runs["ours compiled"]()
+            print(
+                f"ours compiled: the first run took {time.perf_counter() - start:.1f} s, compiling included"
             )
         marians = {
             name: d for name, d in decoders(ours.model, precision).items() if name.startswith("marian")
@@ -500,7 +524,9 @@ def main() -> None:
     parser.add_argument(
         "--compile",
         action="store_true",
-        help="both models decode with a static cache and a torch.compile'd forward (CUDA graphs on a GPU)",
+        help="both models decode with a static cache and a torch.compile'd forward (CUDA graphs on a GPU); "
+        "with --model: also ours through translate()'s compiled path (cuda_graphs; on a CPU, Inductor), its "
+        "first run (compiling included) timed alone",
     )
     parser.add_argument("--model", help="a trained model folder: translate --source with it instead")
     parser.add_argument(
@@ -531,10 +557,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.batch is None:
         args.batch = BATCH_SIZE if args.model else 16
-    if args.model and args.compile:
-        parser.error(
-            "--compile times the fixed-length run only: a file's batches have many shapes to compile"
-        )
     if args.first_line and not args.model:
         parser.error("--first_line times vaswani-translate on a trained --model")
     if args.profile < 0 or (args.profile and not args.model):

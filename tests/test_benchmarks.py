@@ -1,4 +1,5 @@
-"""The benchmarks' own arithmetic: the FLOP count behind their MFU figures, and the profile they print."""
+"""The benchmarks' own arithmetic: the FLOP count behind their MFU figures, the profile they print, and the
+compiled decoding path they time."""
 
 import sys
 from pathlib import Path
@@ -9,9 +10,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from vaswani_transformer.modeling.cuda_graphs_vaswani_transformer import check_cuda_graphs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_decoding import print_top_operators  # noqa: E402
+from bench_decoding import compiled_path_options, print_top_operators  # noqa: E402
 from bench_training import training_flops  # noqa: E402
 
 
@@ -99,3 +101,16 @@ def test_the_decoding_profile_names_the_operators_that_took_the_time(capsys: pyt
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("top 2 operators of a test run: ") and len(lines) == 3
     assert lines[1].split()[0] == "aten::mm" and "5 calls" in lines[1]
+
+
+def test_the_compiled_decoding_it_times_is_accepted_on_a_cpu_only_through_its_compile_config(
+    tiny_model: VaswaniTransformerForConditionalGeneration,
+) -> None:
+    """bench_decoding --model --compile: on a CPU translate()'s compiled path runs only with a compile_config that
+    compiles there (static shapes, one graph); the GPU's CUDA graphs need none."""
+    options = compiled_path_options("cpu")
+    check_cuda_graphs(tiny_model, options, workers=1)
+    assert options["compile_config"].dynamic is False and options["compile_config"].fullgraph
+    assert compiled_path_options("cuda") == {}
+    with pytest.raises(ValueError, match="needs the model on a CUDA GPU"):
+        check_cuda_graphs(tiny_model, compiled_path_options("cuda"), workers=1)
