@@ -24,25 +24,15 @@ from functools import partial
 
 import torch
 from bench_decoding import marian_copy, report
-from peers import add_device_arguments, alternating_medians, dtype_name, resolve_dtype
+from peers import add_device_arguments, alternating_medians, compile_config, dtype_name, resolve_dtype
 from transformers import CompileConfig, PreTrainedModel
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.modeling.cuda_graphs_vaswani_transformer import (
     bucketed_generate,
-    cuda_graphs_compile_config,
 )
 
 SEARCHES = {"beam 4": 4, "greedy": 1}
-
-
-def compile_config(backend: str, device: str) -> CompileConfig:
-    """The package's CUDA-graph compile_config, or one with `backend` (compiling on a CPU too)."""
-    if backend == "inductor" and device.startswith("cuda"):
-        return cuda_graphs_compile_config()
-    config = CompileConfig(dynamic=False, backend=backend, mode=None)
-    config._compile_all_devices = True
-    return config
 
 
 def timed_once(run: Callable[[], object]) -> float:

@@ -51,6 +51,7 @@ import torch
 from peers import (
     add_device_arguments,
     alternating_medians,
+    compile_config,
     dtype_name,
     marian_twin,
     peak_memory_mb,
@@ -59,7 +60,7 @@ from peers import (
     resolve_dtype,
 )
 from torch.utils.flop_counter import FlopCounterMode
-from transformers import CompileConfig, PreTrainedModel
+from transformers import PreTrainedModel
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import read_text_lines
@@ -320,16 +321,6 @@ def trained_engines(args: argparse.Namespace, cache: Path) -> dict[str, Any]:
     return loaded
 
 
-def compiled_path_options(device: str) -> dict[str, Any]:
-    """translate()'s keywords for the engine `--compile` adds: on a GPU none (CUDA graphs), elsewhere a
-    compile_config that compiles there too, as one graph per bucket with Inductor's kernels."""
-    if device.startswith("cuda"):
-        return {}
-    compile_config = CompileConfig(dynamic=False, fullgraph=True)
-    compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless told
-    return {"compile_config": compile_config}
-
-
 def quantize_dynamic_engine(model: str) -> TorchEngine:
     """torch.ao's dynamic int8 (fbgemm) on the encoder's and decoder's Linear layers (as torchao's engine),
     decoded in float32: the deprecated alternative `quantization.quantize_int8` was chosen against."""
@@ -411,7 +402,10 @@ def trained_model_run(args: argparse.Namespace) -> None:
                 engines["ours default"].translate, lines, batch_size=args.batch, workers=1
             )
         if "ours compiled" in engines:  # its first run compiles, so it is timed alone before the medians
-            runs["ours compiled"] = partial(runs["ours compiled"], **compiled_path_options(args.device))
+            inductor = compile_config(
+                "inductor", args.device
+            )  # CUDA graphs on a GPU, Inductor's kernels elsewhere
+            runs["ours compiled"] = partial(runs["ours compiled"], compile_config=inductor)
             start = time.perf_counter()
             runs["ours compiled"]()
             print(

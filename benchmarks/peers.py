@@ -1,5 +1,6 @@
 """What the benchmarks share: MarianMTModel of our model's shape, alternating timing, peak GPU memory, the
-machine's own matrix-product peaks (the roofline MFU figures divide by)."""
+machine's own matrix-product peaks (the roofline MFU figures divide by), the compile_config of the compiled
+decoding path."""
 
 import argparse
 import statistics
@@ -7,9 +8,10 @@ import time
 from collections.abc import Callable
 
 import torch
-from transformers import MarianConfig, MarianMTModel
+from transformers import CompileConfig, MarianConfig, MarianMTModel
 
 from vaswani_transformer import VaswaniTransformerConfig
+from vaswani_transformer.modeling.cuda_graphs_vaswani_transformer import cuda_graphs_compile_config
 from vaswani_transformer.modeling.precision_vaswani_transformer import bf16_is_faster
 
 
@@ -142,3 +144,12 @@ def peak_memory_mb(run: Callable[[], object], device: str) -> float | None:
     torch.cuda.reset_peak_memory_stats()
     run()
     return torch.cuda.max_memory_allocated() / 2**20
+
+
+def compile_config(backend: str, device: str) -> CompileConfig:
+    """The package's CUDA-graph compile_config, or one with `backend` (compiling on a CPU too)."""
+    if backend == "inductor" and device.startswith("cuda"):
+        return cuda_graphs_compile_config()
+    config = CompileConfig(dynamic=False, backend=backend, mode=None)
+    config._compile_all_devices = True  # transformers compiles on GPUs only unless told
+    return config

@@ -13,8 +13,9 @@ from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.modeling.cuda_graphs_vaswani_transformer import check_cuda_graphs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_decoding import compiled_path_options, print_top_operators  # noqa: E402
+from bench_decoding import print_top_operators  # noqa: E402
 from bench_training import training_flops  # noqa: E402
+from peers import compile_config  # noqa: E402
 
 
 @pytest.mark.parametrize("fused_loss", [True, False])
@@ -107,10 +108,9 @@ def test_the_compiled_decoding_it_times_is_accepted_on_a_cpu_only_through_its_co
     tiny_model: VaswaniTransformerForConditionalGeneration,
 ) -> None:
     """bench_decoding --model --compile: on a CPU translate()'s compiled path runs only with a compile_config that
-    compiles there (static shapes, one graph); the GPU's CUDA graphs need none."""
-    options = compiled_path_options("cpu")
-    check_cuda_graphs(tiny_model, options, workers=1)
-    assert options["compile_config"].dynamic is False and options["compile_config"].fullgraph
-    assert compiled_path_options("cuda") == {}
+    compiles there (static shapes); a GPU's is the package's CUDA-graph one, which a CPU model refuses."""
+    on_cpu = compile_config("inductor", "cpu")
+    check_cuda_graphs(tiny_model, {"compile_config": on_cpu}, workers=1)
+    assert on_cpu.dynamic is False and on_cpu.backend == "inductor"
     with pytest.raises(ValueError, match="needs the model on a CUDA GPU"):
-        check_cuda_graphs(tiny_model, compiled_path_options("cuda"), workers=1)
+        check_cuda_graphs(tiny_model, {"compile_config": compile_config("inductor", "cuda")}, workers=1)
