@@ -402,9 +402,8 @@ def trained_model_run(args: argparse.Namespace) -> None:
                 engines["ours default"].translate, lines, batch_size=args.batch, workers=1
             )
         if "ours compiled" in engines:  # its first run compiles, so it is timed alone before the medians
-            inductor = compile_config(
-                "inductor", args.device
-            )  # CUDA graphs on a GPU, Inductor's kernels elsewhere
+            # CUDA graphs on a GPU, Inductor's kernels elsewhere
+            inductor = compile_config("inductor", args.device)
             runs["ours compiled"] = partial(runs["ours compiled"], compile_config=inductor)
             start = time.perf_counter()
             runs["ours compiled"]()
