@@ -28,7 +28,7 @@ from peers import add_device_arguments, alternating_medians, compile_config, dty
 from transformers import CompileConfig, PreTrainedModel
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
-from vaswani_transformer.modeling.cuda_graphs_vaswani_transformer import bucketed_generate
+from vaswani_transformer.decoding.cuda_graphs import bucketed_generate
 
 SEARCHES = {"beam 4": 4, "greedy": 1}
 

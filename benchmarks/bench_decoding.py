@@ -28,6 +28,10 @@ inter_threads = cores, batches split across them: twice the throughput of all th
 Figures: sentences/s, output tokens/s, single-sentence latency (batch 1), peak GPU memory; medians of --repeats.
 --profile N (with --model): then the N operators that take the most time themselves in one run of ours default,
 one batch at a time (torch.profiler): share of the operator time, calls, time per call.
+--earlier_code DIR (with --model): also the same weights decoded by the model code in DIR (the .py files a saved
+folder carries, e.g. those of an earlier commit: `git archive COMMIT vaswani_transformer/modeling | tar -x -C /tmp/x`),
+through the same translate() with the same precision and batches: "ours default, earlier code" against "ours
+default", before against after in one run.
 --first_line (with --model): only the seconds from starting `vaswani-translate MODEL` on a 100,000-line standard
 input (the test sentences over and over) to its first translated line, start-up and loading included (target: 5 s),
 and the same for a one-line input (start-up, loading and one sentence).
@@ -35,6 +39,7 @@ and the same for a one-line input (start-up, loading and one sentence).
 
 import argparse
 import math
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,13 +66,14 @@ from peers import (
 )
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import PreTrainedModel
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import read_text_lines
+from vaswani_transformer.decoding.precision import autocast_to
+from vaswani_transformer.decoding.translate import BATCH_SIZE, length_sorted_batches
 from vaswani_transformer.engines import EngineOptions, TorchEngine, load_engine
 from vaswani_transformer.evaluation import decoding_dtype, load_for_decoding, score_with_tokenizer
-from vaswani_transformer.modeling.pipeline_vaswani_transformer import BATCH_SIZE, length_sorted_batches
-from vaswani_transformer.modeling.precision_vaswani_transformer import autocast_to
 
 
 def marian_copy(model: VaswaniTransformerForConditionalGeneration) -> PreTrainedModel:
@@ -313,12 +319,29 @@ def trained_engines(args: argparse.Namespace, cache: Path) -> dict[str, Any]:
     loaded = {name: load_engine(args.model, option) for name, option in options.items()}
     if args.int8_alternatives:
         loaded["ours int8 (torch.ao)"] = quantize_dynamic_engine(args.model)
+    if args.earlier_code:  # the same weights under another version of the folder's code
+        default = loaded.get("ours default", loaded["ours float32"])
+        earlier = earlier_code_model(Path(args.model), args.earlier_code, cache).to(args.device).eval()
+        loaded["ours default, earlier code"] = TorchEngine(earlier, default.tokenizer, default.dtype)
     if args.compile:  # the default precision's model, through translate()'s compiled path
         default = loaded.get("ours default", loaded["ours float32"])
         loaded["ours compiled"] = TorchEngine(
             default.model, default.tokenizer, default.dtype, cuda_graphs=True
         )
     return loaded
+
+
+def earlier_code_model(model: Path, code: Path, cache: Path) -> PreTrainedModel:
+    """The model folder's weights in the model class of the code files in `code` (another version of the folder's
+    code), loaded as transformers loads remote code."""
+    folder = cache / "earlier-code"
+    shutil.copytree(model, folder)
+    for path in code.glob("*.py"):
+        shutil.copyfile(path, folder / path.name)
+    model_class = get_class_from_dynamic_module(
+        "modeling_vaswani_transformer.VaswaniTransformerForConditionalGeneration", str(folder)
+    )
+    return model_class.from_pretrained(folder)
 
 
 def quantize_dynamic_engine(model: str) -> TorchEngine:
@@ -535,6 +558,11 @@ def main() -> None:
         "--int8_alternatives", action="store_true", help="with --model: also torch.ao's quantize_dynamic"
     )
     parser.add_argument(
+        "--earlier_code",
+        type=Path,
+        help="with --model: also its weights in the model code of this folder of .py files (before/after)",
+    )
+    parser.add_argument(
         "--first_line",
         action="store_true",
         help="with --model: only the time to vaswani-translate's first line on a 100,000-line standard input",
@@ -554,6 +582,8 @@ def main() -> None:
         parser.error("--first_line times vaswani-translate on a trained --model")
     if args.profile < 0 or (args.profile and not args.model):
         parser.error("--profile N (N > 0) profiles a trained --model's decoding")
+    if args.earlier_code and not args.model:
+        parser.error("--earlier_code decodes a trained --model's weights with other code")
     if args.onnx and not args.model:
         parser.error("--onnx times a trained --model's export")
     if (args.source or args.references or args.references_tokenized) and not args.model:

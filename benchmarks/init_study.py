@@ -44,7 +44,7 @@ from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForC
 from vaswani_transformer.data import TokenBudgetBatchSampler, load_parallel, tokenize_parallel
 from vaswani_transformer.data.token_arrays import TokenizedPairs
 from vaswani_transformer.data.tokenization import train_bpe
-from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
+from vaswani_transformer.decoding.translate import translate
 from vaswani_transformer.training import ADAM_BETAS, ADAM_EPSILON
 from vaswani_transformer.training.monitoring import is_degenerate, unigram_loss
 

@@ -11,8 +11,8 @@ import torch
 from transformers import CompileConfig, MarianConfig, MarianMTModel
 
 from vaswani_transformer import VaswaniTransformerConfig
-from vaswani_transformer.modeling.cuda_graphs_vaswani_transformer import cuda_graphs_compile_config
-from vaswani_transformer.modeling.precision_vaswani_transformer import bf16_is_faster
+from vaswani_transformer.decoding.cuda_graphs import cuda_graphs_compile_config
+from vaswani_transformer.decoding.precision import bf16_is_faster
 
 
 def marian_twin(config: VaswaniTransformerConfig) -> MarianMTModel:

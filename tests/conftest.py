@@ -5,6 +5,7 @@ import functools
 import importlib
 import json
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +21,17 @@ from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForC
 from vaswani_transformer.data import load_tatoeba
 from vaswani_transformer.training import paper_training_arguments
 from vaswani_transformer.training.options import DEFAULTS
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests marked `slow` (end-to-end runs, fresh interpreters, servers) run with RUN_SLOW=1 or when `-m`
+    selects by marks, as transformers' RUN_SLOW; otherwise they are deselected (counted, not skipped)."""
+    if os.environ.get("RUN_SLOW") == "1" or config.getoption("markexpr"):
+        return
+    slow = [item for item in items if "slow" in item.keywords]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if "slow" not in item.keywords]
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
-from vaswani_transformer.modeling.cuda_graphs_vaswani_transformer import check_cuda_graphs
+from vaswani_transformer.decoding.cuda_graphs import check_cuda_graphs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_decoding import print_top_operators  # noqa: E402

@@ -14,9 +14,10 @@ import yaml
 from tests.conftest import WITHOUT_THE_PACKAGE
 from vaswani_transformer import card_text
 from vaswani_transformer.cli import push
+from vaswani_transformer.decoding.translate import translate
 from vaswani_transformer.evaluation import load_for_decoding
 from vaswani_transformer.hub import build_model_card, model_files, write_hub_folder
-from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
+from vaswani_transformer.modeling.saving_vaswani_transformer import FOLDER_CODE
 
 SENTENCES = ["I love you.", "Where is the train station?", "Tom is reading a book in the garden."]
 
@@ -144,24 +145,13 @@ def test_local_dir_loads_and_translates_identically_without_the_package(trained_
     # the weights get a new file's permissions (safetensors writes 0600)
     (tmp_path / "new-file").write_text("")
     assert (folder / "model.safetensors").stat().st_mode == (tmp_path / "new-file").stat().st_mode
-    code = {"modeling_vaswani_transformer.py", "configuration_vaswani_transformer.py"}
-    # what the model and the pipeline import
-    code |= {
-        "generation_vaswani_transformer.py",
-        "beam_search_vaswani_transformer.py",
-        "fast_path_vaswani_transformer.py",
-        "loss_vaswani_transformer.py",
-        "pipeline_vaswani_transformer.py",
-        "precision_vaswani_transformer.py",
-        "remote_code_vaswani_transformer.py",
-    }
+    code = set(FOLDER_CODE)  # the model, its decoding, the pipeline and the handler
     assert (
         set(model_files(trained_run.model_dir)) | code | {"README.md", "scores.json", "training_curve.png"}
         <= names
     )
     assert not names & {"hypotheses.txt", "optimizer.pt", "training_args.bin"}  # no pickles, no test outputs
     model, tokenizer = load_for_decoding(trained_run.model_dir, device="cpu")
-    expected = translate(SENTENCES, model, tokenizer)  # in the precision this CPU decodes fastest
     in_float32 = translate(SENTENCES, model, tokenizer, dtype=torch.float32)  # as plain generate() runs
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
     completed = subprocess.run(
@@ -179,7 +169,7 @@ def test_local_dir_loads_and_translates_identically_without_the_package(trained_
     assert loaded["pipeline_class"] == "VaswaniTranslationPipeline"
     assert loaded["plain_tokenizer_ids"] == loaded["tokenizer_ids"]
     assert loaded["translations"] == in_float32
-    assert loaded["pipeline"] == expected  # the shipped pipeline picks the same precision
+    assert loaded["pipeline"] == in_float32  # the folder's pipeline decodes float32 on a CPU
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
         logits = model(**batch, decoder_input_ids=batch["input_ids"][:, :4]).logits
@@ -353,14 +343,10 @@ def test_card_of_a_stock_trainer_fine_tune_claims_only_what_its_folder_records(
 def test_save_pretrained_with_push_to_hub_uploads_the_pipeline_too(
     tiny_model, tmp_path: Path, fake_hub
 ) -> None:
-    """Issue 23, item 1: `save_pretrained(..., push_to_hub=True)` uploads from inside transformers' save, which
-    ran before the pipeline's files were added; the commit now holds them, and config.json declares them."""
+    """`save_pretrained(..., push_to_hub=True)` uploads the whole folder code, pipeline and handler included, and
+    config.json declares the pipeline."""
     tiny_model.save_pretrained(tmp_path / "x", push_to_hub=True, repo_id="tester/x")
     (path, _, files) = fake_hub.commits()[-1]
     assert "tester/x" in path
-    assert {
-        "pipeline_vaswani_transformer.py",
-        "precision_vaswani_transformer.py",
-        "modeling_vaswani_transformer.py",
-    } <= set(files)
+    assert set(FOLDER_CODE) <= set(files)
     assert "vaswani-translation" in json.loads(files["config.json"])["custom_pipelines"]

@@ -14,8 +14,8 @@ import torch
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.cli.command import command
-from vaswani_transformer.modeling import memory_vaswani_transformer as memory
-from vaswani_transformer.modeling.pipeline_vaswani_transformer import decoding_bytes
+from vaswani_transformer.decoding import memory as memory
+from vaswani_transformer.decoding.translate import decoding_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -20,11 +20,11 @@ import pytest
 
 from tests.conftest import SENTENCES, TINY, save_random_model, tatoeba_files
 from vaswani_transformer.cli import translate as translate_cli
+from vaswani_transformer.decoding import translate as pipeline_module
+from vaswani_transformer.decoding.translate import DecodingBudgetError
 from vaswani_transformer.engines import EngineOptions, load_engine
 from vaswani_transformer.evaluation import streaming, translate_and_score
 from vaswani_transformer.evaluation.streaming import translate_lines
-from vaswani_transformer.modeling import pipeline_vaswani_transformer as pipeline_module
-from vaswani_transformer.modeling.pipeline_vaswani_transformer import DecodingBudgetError
 
 REPO = Path(__file__).resolve().parents[1]
 # The commands see this checkout's code, as the tests do, and never the network.

@@ -1,19 +1,19 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a Hugging Face model."""
 
-from ._moved_modules import keep_moved_modules_importable
 from .quiet_imports import quiet_import_warnings
 
 with quiet_import_warnings():  # transformers imports torchao where it is installed (the int8 extra)
     from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
     from transformers.pipelines import PIPELINE_REGISTRY
 
+from .decoding.pipeline import VaswaniTranslationPipeline
+from .decoding.translate import translate
 from .modeling.configuration_vaswani_transformer import PIPELINE_TASK, PRESETS, VaswaniTransformerConfig
 from .modeling.modeling_vaswani_transformer import (
     VaswaniTransformerForConditionalGeneration,
     VaswaniTransformerModel,
     VaswaniTransformerPreTrainedModel,
 )
-from .modeling.pipeline_vaswani_transformer import VaswaniTranslationPipeline, translate
 
 AutoConfig.register(VaswaniTransformerConfig.model_type, VaswaniTransformerConfig, exist_ok=True)
 AutoModel.register(VaswaniTransformerConfig, VaswaniTransformerModel, exist_ok=True)
@@ -30,7 +30,6 @@ if PIPELINE_TASK not in PIPELINE_REGISTRY.get_supported_tasks():
     PIPELINE_REGISTRY.register_pipeline(
         PIPELINE_TASK, pipeline_class=VaswaniTranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
     )
-keep_moved_modules_importable()
 
 __all__ = [
     "PIPELINE_TASK",

@@ -1,6 +1,7 @@
 """The model card's sentences that follow from what the model is (`hub.build_model_card` fills the template with
 them): how to install the package, what loading the folder needs, and the Limitations section."""
 
+import hashlib
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,42 @@ def _repository_url() -> str | None:
         return None
     named = dict(url.split(", ", 1) for url in urls if ", " in url)
     return named.get("Repository") or named.get("Source")
+
+
+# What each file a saved folder carries does, in the card's words (`saving_vaswani_transformer.FOLDER_CODE`)
+FOLDER_CODE_ROLES = {
+    "configuration_vaswani_transformer.py": "The hyper-parameters (§3, Table 3's presets) and their checks; the "
+    "fingerprint of the settings that change what the weights compute.",
+    "modeling_vaswani_transformer.py": "The model in the paper's order: positions (§3.5), attention (§3.2), "
+    "feed-forward (§3.3), post-norm layers (§3.1), the stacks with the tied, scaled embeddings (§3.4).",
+    "generation_vaswani_transformer.py": "§6.1 decoding: `generate()`'s output limit (input length + 50) and the "
+    "beam search with the GNMT length penalty, on transformers' documented `custom_generate`.",
+    "loss_vaswani_transformer.py": "§5.4 label smoothing: the training loss per target token.",
+    "fast_path_vaswani_transformer.py": "Speed machinery behind `config.fast_path` (faster CPU dropout draws, a "
+    "bfloat16 residual stream under autocast); it changes no result.",
+    "saving_vaswani_transformer.py": "`save_pretrained`: copies the pipeline and handler beside the model and "
+    "declares the pipeline in config.json.",
+    "pipeline_vaswani_transformer.py": "The `vaswani-translation` pipeline: texts in, translations out, through "
+    "the model's `generate()`.",
+    "handler.py": "Inference Endpoints' custom handler: each request's texts through the pipeline.",
+}
+
+
+def package_version() -> str:
+    """This package's version, as a card names the release that wrote a folder's code."""
+    try:
+        return metadata.version("vaswani_transformer")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def code_files_table(folder: Path, names: tuple[str, ...]) -> str:
+    """A Markdown table of the code files `folder` carries: each file's sha256 and what it does."""
+    rows = ["| File | sha256 | What it does |", "| --- | --- | --- |"]
+    for name in names:
+        digest = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        rows.append(f"| `{name}` | `{digest}` | {FOLDER_CODE_ROLES[name]} |")
+    return "\n".join(rows)
 
 
 def install_command(extra: str = "") -> str:

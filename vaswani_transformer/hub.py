@@ -16,30 +16,30 @@ from typing import Any
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 
 from .card_text import (
+    code_files_table,
     decoding_limitation,
     install_command,
     language_name,
     limitations,
     original_link,
+    package_version,
     requirements,
 )
 from .claims import claimed_output
 from .data.tokenization import lowercases
+from .decoding.translate import translate
 from .engines.torch_engine import decoding_settings
 from .evaluation.loading import FSMT_TOKENIZER_FILES, load_for_decoding, tokenizer_files
 from .files import folder_written_whole
-from .modeling.pipeline_vaswani_transformer import translate
-from .modeling.remote_code_vaswani_transformer import ship_translation_pipeline, sibling_imports
+from .modeling.saving_vaswani_transformer import FOLDER_CODE, declare_pipeline
 from .provenance import ORIGIN_FILE, VASWANI_BIBTEX, Corpus, Origin, read_origin, training_corpus
 from .trust import check_remote_code
 
-MODELING_FILE = "modeling_vaswani_transformer.py"
 REQUIRED_FILES = (
     "config.json",
     "generation_config.json",
     "model.safetensors",
     "tokenizer_config.json",  # with the tokenizer's own files (`loading.tokenizer_files`)
-    MODELING_FILE,  # with the sibling files it imports (`model_code_files`)
 )
 OPTIONAL_FILES = (
     "special_tokens_map.json",
@@ -71,9 +71,8 @@ class TrainedModel:
 
 
 def model_files(folder: Path) -> list[str]:
-    """What a saved model folder must hold: weights, configs, tokenizer, and the model's code with the files it
-    imports (a folder saved by an older version imports fewer)."""
-    return [*REQUIRED_FILES, *tokenizer_files(folder), *sibling_imports(folder / MODELING_FILE)]
+    """What a saved model folder must hold: weights, configs, tokenizer, and the model's code (`FOLDER_CODE`)."""
+    return [*REQUIRED_FILES, *tokenizer_files(folder), *FOLDER_CODE]
 
 
 def _links_outside(folder: Path, name: str) -> bool:
@@ -330,6 +329,8 @@ def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
         tokenizer_class=_tokenizer_class(trained.folder),
         requirements=requirements(_tokenizer_class(trained.folder)),
         install=install_command(),
+        package_version=package_version(),
+        code_files=code_files_table(trained.folder, FOLDER_CODE),
         serve_install=install_command("serve"),
         preset=options.get("preset", "custom"),
         d_model=config.d_model,
@@ -397,7 +398,7 @@ def _fill_hub_folder(source: Path, folder: Path, card: ModelCard) -> None:
     for name in [*model_files(source), *OPTIONAL_FILES]:
         if (source / name).is_file():
             shutil.copyfile(source / name, folder / name)
-    ship_translation_pipeline(folder)  # a folder saved by an older version may lack the pipeline's code
+    declare_pipeline(folder / "config.json")  # the pipeline the folder holds, copied above
     _with_auto_model(folder / "config.json")
     card.save(folder / CARD_FILE)
 

@@ -14,12 +14,12 @@ from matplotlib.backend_bases import FigureCanvasBase
 from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .decoding.translate import translate
 from .files import file_written_whole
 from .modeling.modeling_vaswani_transformer import (
     VaswaniTransformerSinusoidalPositionalEncoding,
     shift_tokens_right,
 )
-from .modeling.pipeline_vaswani_transformer import translate
 
 AttentionKind = Literal["cross", "encoder", "decoder"]
 

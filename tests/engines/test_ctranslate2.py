@@ -9,6 +9,7 @@ import torch
 from tests.conftest import SENTENCES, save_random_model, tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.cli import export as export_cli
+from vaswani_transformer.decoding.translate import translate
 from vaswani_transformer.engines.ctranslate2 import (
     DECODING_FILE,
     CTranslate2Engine,
@@ -17,7 +18,6 @@ from vaswani_transformer.engines.ctranslate2 import (
     to_ctranslate2,
 )
 from vaswani_transformer.evaluation import load_for_decoding
-from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
 
 
 @pytest.fixture(scope="module")

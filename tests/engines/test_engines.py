@@ -14,6 +14,7 @@ import torch
 from tests.conftest import SENTENCES, save_random_model
 from vaswani_transformer.cli import evaluate as evaluate_cli
 from vaswani_transformer.cli import translate as translate_cli
+from vaswani_transformer.decoding import precision as precision
 from vaswani_transformer.engines import EngineOptions, load_engine
 from vaswani_transformer.engines import ctranslate2 as export
 from vaswani_transformer.engines import load as engine_loading
@@ -21,7 +22,6 @@ from vaswani_transformer.engines.conversion_cache import CACHE_RECORD
 from vaswani_transformer.engines.ctranslate2 import CTranslate2Translator, cached_export, to_ctranslate2
 from vaswani_transformer.engines.quantization import int8_linear_layers, quantize_int8
 from vaswani_transformer.evaluation import load_for_decoding
-from vaswani_transformer.modeling import precision_vaswani_transformer as precision
 
 
 @pytest.fixture(scope="module")

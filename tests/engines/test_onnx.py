@@ -14,12 +14,12 @@ from tests.conftest import SENTENCES, save_random_model
 from vaswani_transformer.cli import export as export_cli
 from vaswani_transformer.cli import export_onnx as export_onnx_cli
 from vaswani_transformer.cli import translate as translate_cli
+from vaswani_transformer.decoding.translate import translate
 from vaswani_transformer.engines import EngineOptions, load_engine, onnx_export
 from vaswani_transformer.engines.onnx_export import GRAPHS, cached_onnx_export, to_onnx
 from vaswani_transformer.engines.onnx_runtime import load_onnx_model
 from vaswani_transformer.engines.torch_engine import OnnxRuntimeEngine
 from vaswani_transformer.evaluation import load_for_decoding
-from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
 
 pytestmark = pytest.mark.slow  # every test exports a model to ONNX (dynamo): seconds each
 

@@ -17,9 +17,9 @@ from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.cli import evaluate as evaluate_command
 from vaswani_transformer.cli import translate as translate_command
+from vaswani_transformer.decoding.cuda_graphs import bucket, padded_to_buckets
+from vaswani_transformer.decoding.translate import translate
 from vaswani_transformer.engines.torch_engine import TorchEngine
-from vaswani_transformer.modeling.cuda_graphs_vaswani_transformer import bucket, padded_to_buckets
-from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
 
 # 1, 3, 6 and 8 sentences: batches of 1, 4 and 8 rows once padded (three buckets); every source fits the
 # shortest length bucket, so the row buckets are all the shapes there are

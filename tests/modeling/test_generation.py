@@ -1,4 +1,5 @@
-"""The beam search of plain requests (beam_search_vaswani_transformer.py) against transformers' own."""
+"""The paper's beam search (generation_vaswani_transformer.py) against an independent reference written from §6.1
+and, with transformers' length penalty, against transformers' own beam search."""
 
 import sys
 import threading
@@ -7,13 +8,13 @@ from collections import Counter
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationMixin, StoppingCriteria, StoppingCriteriaList
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
-from vaswani_transformer.modeling import beam_search_vaswani_transformer, generation_vaswani_transformer
-from vaswani_transformer.modeling.beam_search_vaswani_transformer import BLOCK, top_continuations
-from vaswani_transformer.modeling.pipeline_vaswani_transformer import UntilSet
+from vaswani_transformer.decoding.translate import UntilSet
+from vaswani_transformer.modeling import generation_vaswani_transformer
+from vaswani_transformer.modeling.generation_vaswani_transformer import BLOCK, top_continuations
 
 SOURCES = torch.tensor([[5, 6, 7, 8, 9, 3], [10, 11, 12, 3, 0, 0], [40, 50, 60, 70, 3, 0]])  # padded, eos = 3
 SOURCE_BATCH = {"input_ids": SOURCES, "attention_mask": (SOURCES != 0).long()}
@@ -70,30 +71,97 @@ def eos_competing_model(implementation: str, **config: object) -> VaswaniTransfo
     return model.eval()
 
 
-@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def penalty(kind: str, alpha: float, length: int) -> float:
+    return ((5 + length) / 6) ** alpha if kind == "gnmt" else length**alpha
+
+
+@torch.no_grad()
+def reference_beam_search(model, source: torch.Tensor, settings: dict) -> list[list[int]]:
+    """§6.1's beam search for one sentence, written plainly (no cache, no batch, Python lists): each step the 2k
+    best continuations of the k beams; those that end in EOS among the first k become hypotheses scored
+    log P / lp(|Y|), the first k that do not run on; a sentence stops when no running beam can beat its k best
+    hypotheses (early_stopping=True: once it holds k) or at the length limit. Returns its best hypotheses."""
+    k, alpha, early = settings["num_beams"], settings["length_penalty"], settings["early_stopping"]
+    kind, limit, eos = model.config.length_penalty_type, settings["max_new_tokens"], model.config.eos_token_id
+    source = source[source != 0].unsqueeze(0)
+    encoder_outputs = model.get_encoder()(input_ids=source)
+    running = [([model.config.decoder_start_token_id], 0.0)]
+    finished: list[tuple[list[int], float]] = []
+    for length in range(1, limit + 1):
+        candidates = []
+        for tokens, score in running:
+            logits = model(encoder_outputs=encoder_outputs, decoder_input_ids=torch.tensor([tokens])).logits
+            log_probs = logits[0, -1].float().log_softmax(-1)
+            best = log_probs.topk(2 * k)
+            candidates += [
+                (tokens + [t], score + p)
+                for p, t in zip(best.values.tolist(), best.indices.tolist(), strict=True)
+            ]
+        candidates = sorted(candidates, key=lambda candidate: -candidate[1])[: 2 * k]
+        full = len(finished) == k and early is True
+        for tokens, score in candidates[:k]:
+            if (tokens[-1] == eos or length == limit) and not full:
+                finished.append((tokens, score / penalty(kind, alpha, length)))
+        finished = sorted(finished, key=lambda hypothesis: -hypothesis[1])[:k]
+        running = [c for c in candidates if c[0][-1] != eos][:k]
+        if length == limit or (len(finished) == k and early is True):
+            break
+        best_length = limit if early == "never" and alpha > 0 else length
+        if len(finished) == k and running[0][1] / penalty(kind, alpha, best_length) <= finished[-1][1]:
+            break
+    return [tokens for tokens, _ in finished]
+
+
+def padded_rows(hypotheses: list[list[int]], length: int) -> torch.Tensor:
+    return torch.tensor([tokens + [0] * (length - len(tokens)) for tokens in hypotheses])
+
+
 @pytest.mark.parametrize("early_stopping", [True, False, "never"])
 @pytest.mark.parametrize("penalty_type", ["gnmt", "hf"])
 @pytest.mark.parametrize("num_return_sequences", [1, 2])
-def test_plain_beam_search_decodes_what_transformers_decodes(
-    monkeypatch: pytest.MonkeyPatch, implementation, early_stopping, penalty_type, num_return_sequences
+def test_beam_search_decodes_what_the_papers_search_decodes(
+    early_stopping, penalty_type, num_return_sequences
 ) -> None:
-    model = eos_competing_model(implementation, length_penalty_type=penalty_type)
-    settings = {"num_beams": 4, "max_new_tokens": 12, "early_stopping": early_stopping}
-    settings |= {"num_return_sequences": num_return_sequences, "length_penalty": 1.3}
-    calls = []
-    monkeypatch.setattr(
-        beam_search_vaswani_transformer,
-        "top_continuations",
-        lambda *args: calls.append(1) or top_continuations(*args),
-    )
-    ours = model.generate(**SOURCE_BATCH, **settings)
-    assert calls  # the plain search ran
-    monkeypatch.setattr(generation_vaswani_transformer, "is_plain_request", lambda *args: False)
-    theirs = model.generate(**SOURCE_BATCH, **settings)
-    assert torch.equal(ours, theirs)
+    model = eos_competing_model("sdpa", length_penalty_type=penalty_type)
+    settings = {"num_beams": 4, "max_new_tokens": 12, "early_stopping": early_stopping, "length_penalty": 1.3}
+    ours = model.generate(**SOURCE_BATCH, **settings, num_return_sequences=num_return_sequences)
+    expected = [reference_beam_search(model, source, settings)[:num_return_sequences] for source in SOURCES]
+    assert torch.equal(ours, padded_rows([h for hypotheses in expected for h in hypotheses], ours.shape[1]))
+    finished = (ours[:, 1:] == model.config.eos_token_id).any(-1)
     if num_return_sequences == 2:  # beams ended at EOS and at the limit: both ways of finishing were taken
-        finished = (ours[:, 1:] == model.config.eos_token_id).any(-1)
         assert finished.any() and not finished.all()
+
+
+def transformers_search(model, **settings) -> torch.Tensor:
+    """transformers' own beam search (its generate, none of the model's), padded after EOS as the model's is."""
+    output = GenerationMixin.generate(model, **SOURCE_BATCH, **settings)
+    sequences = output if isinstance(output, torch.Tensor) else output.sequences
+    ends = (sequences[:, 1:] == model.config.eos_token_id).int()
+    sequences[:, 1:] = sequences[:, 1:].masked_fill((ends.cumsum(1) - ends) > 0, model.config.pad_token_id)
+    return output
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("early_stopping", [True, False, "never"])
+@pytest.mark.parametrize("num_return_sequences", [1, 2])
+def test_with_transformers_penalty_it_decodes_what_transformers_decodes(
+    implementation, early_stopping, num_return_sequences
+) -> None:
+    """With `length_penalty_type="hf"` (|Y|^α) the search is transformers' beam search: the same sequences,
+    scores, per-step scores and beam indices, and attentions, from one source row per sentence where transformers
+    copies it for every beam."""
+    model = eos_competing_model(implementation, length_penalty_type="hf")
+    settings = {"num_beams": 4, "max_new_tokens": 12, "early_stopping": early_stopping, "length_penalty": 1.3}
+    settings |= {"num_return_sequences": num_return_sequences}
+    assert torch.equal(model.generate(**SOURCE_BATCH, **settings), transformers_search(model, **settings))
+    settings |= {"output_scores": True, "return_dict_in_generate": True, "output_attentions": True}
+    ours, theirs = model.generate(**SOURCE_BATCH, **settings), transformers_search(model, **settings)
+    assert torch.equal(ours.sequences, theirs.sequences) and torch.equal(
+        ours.beam_indices, theirs.beam_indices
+    )
+    torch.testing.assert_close(ours.sequences_scores, theirs.sequences_scores)
+    for name in ("scores", "decoder_attentions", "cross_attentions", "encoder_attentions"):
+        torch.testing.assert_close(getattr(ours, name), getattr(theirs, name), msg=name)
 
 
 def decoder_rows(model: VaswaniTransformerForConditionalGeneration) -> list[int]:
@@ -122,7 +190,7 @@ FINAL_SENTENCE_CASES = [(True, 1.3), (False, -1.0), ("never", 0.0)]
     ("criteria", "leave"), [(None, True), (UntilSet(threading.Event()), True), (EveryStep(), False)]
 )
 def test_sentences_whose_beams_are_final_leave_the_batch(
-    monkeypatch: pytest.MonkeyPatch, early_stopping, length_penalty, criteria, leave
+    early_stopping, length_penalty, criteria, leave
 ) -> None:
     """Once a sentence's finished beams can no longer change, the decoder stops computing its rows; every
     sentence's output is still transformers' search's. So also under translate()'s workers, whose UntilSet answers
@@ -132,11 +200,11 @@ def test_sentences_whose_beams_are_final_leave_the_batch(
     settings |= {"early_stopping": early_stopping, "length_penalty": length_penalty}
     if criteria is not None:
         settings["stopping_criteria"] = StoppingCriteriaList([criteria])
+    model.config.length_penalty_type = "hf"  # to compare with transformers' own search
     rows = decoder_rows(model)
     ours = model.generate(**SOURCE_BATCH, **settings)
-    monkeypatch.setattr(generation_vaswani_transformer, "is_plain_request", lambda *args: False)
-    assert torch.equal(ours, model.generate(**SOURCE_BATCH, **settings))
-    assert len(rows) == 2 * 12  # each search ran to the limit: some sentence kept a beam open
+    assert len(rows) == 12  # the search ran to the limit: some sentence kept a beam open
+    assert torch.equal(ours, transformers_search(model, **settings))
     ours_rows = rows[:12]
     assert ours_rows[0] == 3 * 4
     if leave:
@@ -145,32 +213,31 @@ def test_sentences_whose_beams_are_final_leave_the_batch(
         assert set(ours_rows) == {3 * 4}
 
 
-def test_other_requests_go_to_transformers_search(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Scores in a dict, logits processors and sampling need transformers' search; it runs, and the sequences of
-    a dict output are the plain search's."""
+def test_sampling_and_greedy_search_are_transformers_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beam search, with logits processors or scores in a dict too, runs the paper's search; greedy search,
+    sampling and beam sampling run transformers'."""
     model = eos_competing_model("sdpa")
     calls = []
+    search = generation_vaswani_transformer.paper_beam_search
     monkeypatch.setattr(
-        beam_search_vaswani_transformer,
-        "top_continuations",
-        lambda *args: calls.append(1) or top_continuations(*args),
+        generation_vaswani_transformer,
+        "paper_beam_search",
+        lambda *a, **k: calls.append(1) or search(*a, **k),
     )
-    plain = model.generate(**SOURCE_BATCH, num_beams=4, max_new_tokens=8)
-    assert len(calls) > 0
-    calls.clear()
-    scored = model.generate(
+    model.generate(**SOURCE_BATCH, num_beams=4, max_new_tokens=8, min_new_tokens=3)  # a logits processor
+    model.generate(
         **SOURCE_BATCH, num_beams=4, max_new_tokens=8, output_scores=True, return_dict_in_generate=True
     )
-    assert torch.equal(scored.sequences, plain) and scored.sequences_scores.shape == (3,)
-    model.generate(**SOURCE_BATCH, num_beams=4, max_new_tokens=8, min_new_tokens=3)  # a logits processor
+    assert len(calls) == 2
+    model.generate(**SOURCE_BATCH, num_beams=1, max_new_tokens=8)
     model.generate(**SOURCE_BATCH, num_beams=4, max_new_tokens=8, do_sample=True)
-    assert calls == []
+    assert len(calls) == 2
 
 
-@pytest.mark.parametrize("as_dict", [False, True])  # the plain search and transformers' (scores in a dict)
+@pytest.mark.parametrize("as_dict", [False, True])
 def test_beam_outputs_are_padded_with_the_pad_id_after_eos(as_dict: bool) -> None:
-    """Issue 23, item 4: beam outputs were padded with EOS (transformers fills with `pad or eos`, and the pad id
-    is 0); now with the pad id, as greedy search's and Marian's, so lengths counted by the pad id are right."""
+    """Beam outputs are padded with the pad id after EOS (transformers' search fills with `pad or eos`, and the
+    pad id is 0), as greedy search's and Marian's, so lengths counted by the pad id are right."""
     model = eos_competing_model("sdpa")
     settings = {"num_beams": 4, "max_new_tokens": 12, "num_return_sequences": 2}
     output = model.generate(
@@ -192,12 +259,12 @@ HOST_SYNCS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, tor
 HOST_SYNCS |= {torch.Tensor.__float__, torch.Tensor.__index__, torch.Tensor.nonzero}
 
 
-DECODING_FILES = {beam_search_vaswani_transformer.__file__, generation_vaswani_transformer.__file__}
+DECODING_FILES = {generation_vaswani_transformer.__file__}
 
 
 class HostSyncsByFunction(TorchFunctionMode):
     """Counts the host syncs (on a GPU each waits for all queued work) made directly in the functions of
-    beam_search_vaswani_transformer.py and generation_vaswani_transformer.py, by function name."""
+    generation_vaswani_transformer.py, by function name."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -210,7 +277,7 @@ class HostSyncsByFunction(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_plain_beam_search_syncs_the_host_only_where_transformers_search_does() -> None:
+def test_beam_search_syncs_the_host_once_a_step() -> None:
     """Picking continuations never waits for the device; the loop checks once per step whether to stop, as
     transformers' loop does, and otherwise only once per generation."""
     torch.manual_seed(0)
@@ -221,8 +288,8 @@ def test_plain_beam_search_syncs_the_host_only_where_transformers_search_does() 
             output = model.generate(**SOURCE_BATCH, num_beams=4, max_new_tokens=steps)
         assert output.shape[1] == 1 + steps  # no beam ended before the limit
         counts.append(syncs.counts)
-    assert set(counts[0]) == set(counts[1]) == {"beam_search"}
-    assert counts[1]["beam_search"] - counts[0]["beam_search"] == 8 - 2
+    assert set(counts[0]) == set(counts[1]) == {"paper_beam_search"}
+    assert counts[1]["paper_beam_search"] - counts[0]["paper_beam_search"] == 8 - 2
 
 
 @pytest.mark.parametrize(
@@ -235,7 +302,7 @@ def test_plain_beam_search_syncs_the_host_only_where_transformers_search_does() 
     ],
 )
 def test_the_output_limit_of_generate(model_max_length, call, new_tokens, generation_warnings) -> None:
-    """Issue 23, item 9: which limit generate() decodes to, with EOS suppressed so every output reaches it; no
+    """Which limit generate() decodes to, with EOS suppressed so every output reaches it; no
     "both max_new_tokens and max_length set" warning where only the call set one."""
     torch.manual_seed(0)
     model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=100)).eval()

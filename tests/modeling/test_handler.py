@@ -1,5 +1,5 @@
-"""Inference Endpoints (issue 62): every saved folder carries `handler.py`, whose `EndpointHandler` translates as
-`translate()` does, loaded as Inference Endpoints loads it (the file by its path) where the package cannot be
+"""Inference Endpoints: every saved folder carries `handler.py`, whose `EndpointHandler` translates as
+`translate()` does in float32 (as the folder decodes on a CPU), loaded as Inference Endpoints loads it (the file by its path) where the package cannot be
 imported: only torch, transformers and the folder's own code."""
 
 import json
@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import SENTENCES, save_random_model
 from vaswani_transformer import translate
@@ -49,7 +50,8 @@ def test_the_endpoint_handler_of_a_saved_folder_translates_as_translate_does(
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads(completed.stdout.strip().splitlines()[-1])
-    greedy = translate(SENTENCES[:3], model, tokenizer, num_beams=1, max_new_tokens=12)
+    greedy = translate(SENTENCES[:3], model, tokenizer, num_beams=1, max_new_tokens=12, dtype=torch.float32)
     assert results["list"] == [{"translation_text": text} for text in greedy]
-    assert results["text"] == [{"translation_text": translate(SENTENCES[0], model, tokenizer)}]
+    beam = translate(SENTENCES[0], model, tokenizer, dtype=torch.float32)
+    assert results["text"] == [{"translation_text": beam}]
     assert results["refused"] == '"inputs" must be a text or a list of texts.'

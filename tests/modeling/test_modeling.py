@@ -18,15 +18,13 @@ from transformers import AutoModelForSeq2SeqLM, CompileConfig, GenerationMixin
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration, VaswaniTransformerModel
 from vaswani_transformer.modeling import (
-    beam_search_vaswani_transformer,
     fast_path_vaswani_transformer,
     generation_vaswani_transformer,
     loss_vaswani_transformer,
     modeling_vaswani_transformer,
 )
-from vaswani_transformer.modeling.beam_search_vaswani_transformer import check_beam_search_hooks
 from vaswani_transformer.modeling.fast_path_vaswani_transformer import cpu_dropout
-from vaswani_transformer.modeling.generation_vaswani_transformer import gnmt_as_power_of_length
+from vaswani_transformer.modeling.generation_vaswani_transformer import Beams, Request, still_open
 from vaswani_transformer.modeling.modeling_vaswani_transformer import (
     CACHE_NAME,
     VaswaniTransformerSinusoidalPositionalEncoding,
@@ -284,7 +282,7 @@ def test_cached_decoding_equals_full_recomputation(tiny_model, source_batch) -> 
 
 
 def test_beam_search_reorders_the_cache_like_recomputing_everything(source_batch) -> None:
-    """Only the self-attention cache follows the chosen beams (`_reorder_cache`); with beams that do move, the
+    """Only the self-attention cache follows the chosen beams (`follow_beams`); with beams that do move, the
     cached search must equal the search that recomputes every step from the tokens."""
     torch.manual_seed(0)
     model = VaswaniTransformerForConditionalGeneration(tiny_config(init_std=1.0)).eval()
@@ -410,12 +408,13 @@ def test_cross_attention_keys_are_computed_once_per_generation(tiny_model, sourc
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
-def test_beams_share_their_sentence_source(source_batch, implementation, monkeypatch) -> None:
+def test_beams_share_their_sentence_source(source_batch, implementation) -> None:
     """The encoder output and source mask stay at one row per sentence during beam search: cross-attention keys are
     projected from 2 rows, not 2 × 4 beams, and the search (moving beams, 2 returned sequences, a padded source)
-    equals transformers' own, which copies the source for every beam."""
+    equals transformers' own (with its |Y|^α penalty), which copies the source for every beam."""
     torch.manual_seed(0)
-    model = VaswaniTransformerForConditionalGeneration(tiny_config(init_std=1.0)).eval()
+    config = tiny_config(init_std=1.0, length_penalty_type="hf")
+    model = VaswaniTransformerForConditionalGeneration(config).eval()
     model.set_attn_implementation(implementation)
     projected_rows = []
     model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(
@@ -425,15 +424,13 @@ def test_beams_share_their_sentence_source(source_batch, implementation, monkeyp
     settings |= {"return_dict_in_generate": True, "output_attentions": implementation == "eager"}
     shared = model.generate(**source_batch, **settings)
     assert projected_rows == [2]
-    monkeypatch.setattr(
-        VaswaniTransformerForConditionalGeneration,
-        "_expand_inputs_for_generation",
-        GenerationMixin.__dict__["_expand_inputs_for_generation"],  # a staticmethod in transformers 5.17
-    )
-    copied = model.generate(**source_batch, **settings)
+    copied = GenerationMixin.generate(model, **source_batch, **settings)  # transformers' search
     assert projected_rows == [2, 8]
     assert (copied.beam_indices[:, :9] != copied.beam_indices[:, :1]).any()  # the search moved between beams
-    assert torch.equal(shared.sequences, copied.sequences)
+    after_end = (copied.sequences == model.config.eos_token_id).int().cumsum(
+        -1
+    ) > 1  # transformers pads with EOS
+    assert torch.equal(shared.sequences, copied.sequences.masked_fill(after_end, model.config.pad_token_id))
     torch.testing.assert_close(shared.sequences_scores, copied.sequences_scores, rtol=1e-5, atol=1e-5)
     for with_shared, with_copies in zip(shared.scores, copied.scores, strict=True):
         torch.testing.assert_close(with_shared, with_copies, rtol=1e-5, atol=1e-5)
@@ -455,21 +452,13 @@ HOST_SYNCS = {
 }
 
 
-OUR_MODEL = {
-    module.__file__
-    for module in (
-        modeling_vaswani_transformer,
-        generation_vaswani_transformer,
-        beam_search_vaswani_transformer,
-        fast_path_vaswani_transformer,
-    )
-}
-GENERATE_LOOP = transformers.generation.utils.__file__
+OUR_MODEL = {module.__file__ for module in (modeling_vaswani_transformer, fast_path_vaswani_transformer)}
+DECODING_LOOPS = {transformers.generation.utils.__file__, generation_vaswani_transformer.__file__}
 
 
 class HostSyncsInOurModel(TorchFunctionMode):
-    """Counts the host syncs made by the model's code (model file and its decoding module) and what it calls, not
-    by transformers' generate loop (the nearer of the two on the stack decides)."""
+    """Counts the host syncs made by the model's forward (the model file and its fast path) and what it calls, not
+    by a decoding loop (the nearer of the two on the stack decides)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -478,17 +467,18 @@ class HostSyncsInOurModel(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func in HOST_SYNCS:
             frame = sys._getframe(1)
-            while frame is not None and frame.f_code.co_filename not in {*OUR_MODEL, GENERATE_LOOP}:
+            while frame is not None and frame.f_code.co_filename not in {*OUR_MODEL, *DECODING_LOOPS}:
                 frame = frame.f_back
             self.count += frame is not None and frame.f_code.co_filename in OUR_MODEL
         return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
-@pytest.mark.parametrize("num_beams", [1, 4])
-def test_decoding_steps_make_no_host_syncs(tiny_model, source_batch, implementation, num_beams) -> None:
-    """Our code makes as many host syncs decoding 2 tokens as 8 (a padded source: the padding check of the
-    cross-attention mask is made once per generation, not at every step)."""
+def test_beam_search_steps_make_no_host_syncs(tiny_model, source_batch, implementation) -> None:
+    """The model's forward makes as many host syncs when beam search decodes 2 tokens as 8 (a padded source: the
+    padding check of the cross-attention mask is made once per generation, not at every step). Greedy search is
+    transformers' loop, whose mask helper checks the padding at every step."""
+    num_beams = 4
     assert (source_batch["attention_mask"] == 0).any()
     tiny_model.set_attn_implementation(implementation)
     counts = []
@@ -538,47 +528,26 @@ def test_early_stop_heuristic_bounds_running_beams_with_the_configured_penalty(
     """Beam search stops once no running beam can beat the worst finished one: the best running log-probability
     (-4.0) divided by the penalty at the length it could reach (now: 10 tokens; "never": the limit, 20) against
     a finished score of -1.5. GNMT and |Y|^α disagree here, so the test sees which one is applied."""
-    model = VaswaniTransformerForConditionalGeneration(tiny_config(length_penalty_type=penalty_type))
     length = 20 if early_stopping == "never" else 10
     divisor = ((5 + length) / 6) ** 0.6 if penalty_type == "gnmt" else length**0.6
-    unsatisfied = model._check_early_stop_heuristic(
-        is_early_stop_heuristic_unsatisfied=torch.tensor([[True]]),
-        running_beam_scores=torch.tensor([[-4.0, -5.0]]),
-        beam_scores=torch.tensor([[-1.0, -1.5]]),
-        is_sent_finished=torch.tensor([[True, True]]),
-        cur_len=11,
-        max_length=21,
-        decoder_prompt_len=1,
-        early_stopping=early_stopping,
-        length_penalty=0.6,
+    request = Request(4, 8, 1, 21, 0, torch.tensor([3]), penalty_type, 0.6, early_stopping)
+    running = torch.zeros((1, 2, 11), dtype=torch.long)  # 10 tokens after <s>
+    finished = torch.zeros((1, 2, 21), dtype=torch.long)
+    scores, lengths = torch.tensor([[-1.0, -1.5]]), torch.tensor([[5, 6]])
+    beams = Beams(
+        running,
+        torch.tensor([[-4.0, -5.0]]),
+        finished,
+        scores,
+        lengths,
+        torch.tensor([True]),
+        None,
+        None,
+        None,
     )
+    unsatisfied = still_open(beams, request)
     assert unsatisfied.item() == (-4.0 / divisor > -1.5)
     assert unsatisfied.item() == (penalty_type == "hf")  # the two forms disagree on these numbers
-
-
-def test_import_refuses_a_transformers_whose_beam_search_hooks_changed() -> None:
-    class Renamed(GenerationMixin):
-        _check_early_stop_heuristic = None
-
-    class Rekeyed(GenerationMixin):
-        @staticmethod
-        def _update_finished_beams(cur_len, prompt_len, length_penalty):  # decoder_prompt_len renamed
-            return None
-
-    class NotCalled(GenerationMixin):
-        def _beam_search(self, *args, **kwargs):
-            return self._update_finished_beams(cur_len=1, decoder_prompt_len=0, length_penalty=0.6)
-
-    check_beam_search_hooks(GenerationMixin)  # the installed transformers passes
-    for mixin, problem in ((Renamed, "_check_early_stop_heuristic is missing"), (Rekeyed, "lacks"),
-                           (NotCalled, "_check_early_stop_heuristic is no longer called")):  # fmt: skip
-        with pytest.raises(ImportError, match=problem):
-            check_beam_search_hooks(mixin)
-
-
-def test_gnmt_exponent_reproduces_the_paper_penalty() -> None:
-    for length in (1, 2, 5, 17, 80):
-        assert length ** gnmt_as_power_of_length(0.6, length) == pytest.approx(((5 + length) / 6) ** 0.6)
 
 
 def test_default_generation_follows_the_paper(tiny_model, source_batch) -> None:

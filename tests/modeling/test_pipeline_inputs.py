@@ -10,7 +10,7 @@ from transformers.pipelines.pt_utils import KeyDataset
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
-from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
+from vaswani_transformer.decoding.translate import translate
 
 SENTENCES = ["a b c", "d e", "f g h i", "j", "k l"]
 

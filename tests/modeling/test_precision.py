@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from vaswani_transformer.modeling import precision_vaswani_transformer as precision
+from vaswani_transformer.decoding import precision as precision
 
 
 class RecordProducts(TorchDispatchMode):

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vaswani_transformer import translate
-from vaswani_transformer.modeling.sentences_vaswani_transformer import split_sentences
+from vaswani_transformer.decoding.sentences import split_sentences
 
 SAMPLE_FOLDER = (
     Path(__file__).parents[1] / "samples" / "saved_before_the_layout" / "model"

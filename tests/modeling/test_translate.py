@@ -15,17 +15,17 @@ from transformers import pipeline
 
 from tests.conftest import save_random_model
 from vaswani_transformer.cli import translate as translate_cli
-from vaswani_transformer.engines.torch_engine import decoding_settings
-from vaswani_transformer.evaluation import load_for_decoding
-from vaswani_transformer.modeling import precision_vaswani_transformer as precision
-from vaswani_transformer.modeling.pipeline_vaswani_transformer import (
+from vaswani_transformer.decoding import precision as precision
+from vaswani_transformer.decoding.translate import (
     DecodingBudgetError,
     decoding_workers,
     translate,
 )
+from vaswani_transformer.engines.torch_engine import decoding_settings
+from vaswani_transformer.evaluation import load_for_decoding
 
 translate_module = importlib.import_module(
-    "vaswani_transformer.modeling.pipeline_vaswani_transformer"
+    "vaswani_transformer.decoding.translate"
 )  # the package exports translate()
 SENTENCES = ["I love you.", "Where is the train station?", "Tom is reading a book in the garden."]
 
@@ -342,7 +342,7 @@ def test_every_save_carries_the_pipeline_to_a_fresh_interpreter(loaded, tmp_path
     Trainer.save_model and push_to_hub write it) had none. Now every save carries it: without the package, the
     pipeline translates as translate() does, and so does a folder saved again from the remote-code model."""
     from vaswani_transformer import VaswaniTranslationPipeline
-    from vaswani_transformer.modeling import remote_code_vaswani_transformer as remote_code
+    from vaswani_transformer.modeling import saving_vaswani_transformer as remote_code
 
     assert VaswaniTranslationPipeline.__name__ == remote_code.PIPELINE_CLASS
     model, tokenizer = loaded

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from tests.conftest import TINY, tatoeba_files
 from tests.fsdp_worker import new_model, train_steps
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
-from vaswani_transformer.modeling.remote_code_vaswani_transformer import HANDLER_FILE
+from vaswani_transformer.modeling.saving_vaswani_transformer import HANDLER_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 6

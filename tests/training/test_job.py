@@ -19,8 +19,8 @@ from tests.conftest import TINY, tatoeba_files
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import TokenBudgetBatchSampler, load_parallel, tokenize_parallel
 from vaswani_transformer.data.prepared import content_digest
-from vaswani_transformer.modeling import precision_vaswani_transformer as precision
-from vaswani_transformer.modeling.precision_vaswani_transformer import cpu_bf16_decodes_faster
+from vaswani_transformer.decoding import precision as precision
+from vaswani_transformer.decoding.precision import cpu_bf16_decodes_faster
 from vaswani_transformer.training import TrainOptions, check_inputs, final_model, job_data, train_and_evaluate
 from vaswani_transformer.training.monitoring import TrainingCollapsed
 from vaswani_transformer.training.options import MAY_CHANGE_ON_RESUME, option_names
@@ -237,7 +237,7 @@ def test_a_resumed_run_continues_as_recorded_and_a_finished_one_trains_no_furthe
 RANKS_MEASURE_APART = r"""
 import os, sys
 from vaswani_transformer.cli.train import main
-from vaswani_transformer.modeling import precision_vaswani_transformer as precision
+from vaswani_transformer.decoding import precision as precision
 from vaswani_transformer.training import job
 
 rank = os.environ["RANK"]
@@ -476,7 +476,7 @@ KILLED_DURING_SAVE = r"""
 import os, signal, sys
 import torch
 from vaswani_transformer.cli.train import main
-from vaswani_transformer.modeling import precision_vaswani_transformer as precision
+from vaswani_transformer.decoding import precision as precision
 
 real_save = torch.save
 

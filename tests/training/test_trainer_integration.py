@@ -11,7 +11,8 @@ from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTraining
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
-from vaswani_transformer.modeling.pipeline_vaswani_transformer import translate
+from vaswani_transformer.decoding.translate import translate
+from vaswani_transformer.modeling.saving_vaswani_transformer import FOLDER_CODE
 
 
 def reversal_dataset(tokenizer, size: int, seed: int) -> Dataset:
@@ -146,9 +147,7 @@ def test_trainer_saves_carry_the_translation_pipeline(letter_tokenizer, tmp_path
             config["custom_pipelines"]["vaswani-translation"]["impl"]
             == "pipeline_vaswani_transformer.VaswaniTranslationPipeline"
         )
-        assert {"pipeline_vaswani_transformer.py", "precision_vaswani_transformer.py"} <= {
-            path.name for path in folder.glob("*.py")
-        }
+        assert {path.name for path in folder.glob("*.py")} == set(FOLDER_CODE)
 
 
 def test_every_predicted_batch_gets_the_papers_output_limit(

@@ -23,7 +23,7 @@ from vaswani_transformer_commands import (
     quiet_libraries,
 )
 
-from ..modeling.memory_vaswani_transformer import host_room
+from ..decoding.memory import host_room
 from ..quiet_imports import no_transformers_progress_bars
 
 __all__ = [

@@ -5,9 +5,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..decoding.translate import BATCH_SIZE
 from ..engines.options import DTYPES, ENGINES, QUANTIZATIONS, EngineOptions, check_engine_options
 from ..files import HASH_ALWAYS_BYTES
-from ..modeling.pipeline_vaswani_transformer import BATCH_SIZE
 from ..trust import TRUST_FLAG, TRUST_HELP
 from ..values import LENGTH_PENALTY_LIMIT, check_length_penalty, finite_float
 from .command import add_verbose_option

@@ -33,8 +33,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..decoding.sentences import recorded_languages
 from ..engines.load import load_engine
-from ..modeling.sentences_vaswani_transformer import recorded_languages
 from ..serving import ServerLimits, ServeSettings, create_app, read_api_keys, run_server
 from ..values import finite_float
 from .command import command

@@ -35,11 +35,11 @@ from contextlib import closing
 from pathlib import Path
 
 from ..data.corpora import split_lines, stream_text_lines
+from ..decoding.sentences import check_splitter, recorded_languages
 from ..engines.load import load_engine
 from ..engines.options import EngineOptions
 from ..evaluation.streaming import BUFFER_BATCHES, default_buffer_lines, translate_in_buffers
 from ..files import WriteError, check_input_file, describe_write_failure, machine_write_failure
-from ..modeling.sentences_vaswani_transformer import check_splitter, recorded_languages
 from .command import command, parse_intermixed_args
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 

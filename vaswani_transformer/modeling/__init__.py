@@ -1,7 +1,7 @@
-"""The model: configuration, network, loss, decoding and translation pipeline — the remote-code tier.
+"""What every saved model folder carries: the configuration, the model (§3), the loss (§5.4), the decoding (§6.1),
+the translation pipeline and Inference Endpoints' handler (`saving_vaswani_transformer.FOLDER_CODE`).
 
-Every saved model folder carries copies of these files, so that `trust_remote_code=True` loads it where this
-package is not installed. They may import only torch, transformers, tqdm and each other (relative imports, one
-folder); import-linter's contracts in pyproject.toml and tests/test_layout.py keep that rule
-(docs/architecture.md).
+Copies of these files load a folder with `trust_remote_code=True` where this package is not installed, on
+transformers' public APIs only. They import only torch, transformers and each other (import-linter's contracts in
+pyproject.toml); the package's runtime around them lives in `vaswani_transformer.decoding` (docs/architecture.md).
 """

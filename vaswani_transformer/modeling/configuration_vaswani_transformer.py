@@ -20,7 +20,7 @@ ACTIVATIONS = ("relu", "gelu")
 # "xavier": Xavier-uniform projections and N(0, d_model^-0.5) embeddings, as fairseq and tensor2tensor do.
 INIT_SCHEMES = ("normal", "xavier")
 # The task under which `import vaswani_transformer` registers the translation pipeline, and under which a saved
-# folder declares it as remote code (pipeline_vaswani_transformer.py, remote_code_vaswani_transformer.py).
+# folder declares it as remote code (pipeline_vaswani_transformer.py, saving_vaswani_transformer.py).
 PIPELINE_TASK = "vaswani-translation"
 # What a config can change without changing any weight's shape, yet which changes what the weights compute: a saved
 # config.json records a fingerprint of these under FINGERPRINT_KEY, so that a loader finds one edited after the
@@ -82,10 +82,10 @@ class VaswaniTransformerConfig(PreTrainedConfig):
     ((5 + |Y|) / 6)^α as in the paper (Wu et al., 2016), instead of transformers' |Y|^α (`"hf"`);
     `max_length_offset` makes the default output limit "input length + 50".
 
-    Training speed: with `fused_loss` (the default) a training forward with labels computes the label-smoothed
-    loss chunk by chunk from the decoder output and the tied softmax weights, never holding the (tokens × vocab)
-    logits, and returns `logits=None`; the loss and gradients are those of the logits path (tested). Set it to
-    False to get training logits. `fast_path` (the default) runs the speed machinery of
+    Training speed: with `fused_loss` (the default) a training forward with labels of a model given a fused loss
+    (the package's training: `vaswani_transformer.training.fused_loss`) computes the label-smoothed loss chunk by
+    chunk from the decoder output and the tied softmax weights, never holding the logits, and returns
+    `logits=None`; the loss and gradients are those of the logits path (tested). `fast_path` (the default) runs the speed machinery of
     fast_path_vaswani_transformer.py (16-bit dropout draws and eager bfloat16 attention on CPUs, a bfloat16
     residual stream under bfloat16 autocast); False runs the plain reference path (nn.Dropout, a float32 stream,
     the configured attention kernel), against which the tests check it.

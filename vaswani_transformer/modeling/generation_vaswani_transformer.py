@@ -1,88 +1,479 @@
-"""The paper's decoding (§6.1) as the translation model's `GenerationMixin`.
+"""§6.1 decoding: "beam search with a beam size of 4 and length penalty α = 0.6 … maximum output length … input
+length + 50, but terminate early when possible", as the translation model's `generate()`.
 
-"We used beam search with a beam size of 4 and length penalty α = 0.6 … maximum output length … input length + 50,
-but terminate early when possible." The model's generation config holds the beam and α; this mixin adds what
-transformers' `generate()` lacks:
-
-- the output limit "longest source + `config.max_length_offset`" when the call sets none (`generate`);
-- the GNMT length penalty ((5 + |Y|) / 6)^α (`config.length_penalty_type="gnmt"`), handed to transformers' beam
-  search through two of its hooks, which beam_search_vaswani_transformer.py checks at import;
-- one source row per sentence, not per beam: the encoder output, the source mask and the cross-attention keys and
-  values are projected, cached and read once per sentence (the model's attention groups a sentence's beams);
-- the choice of beam search: plain requests (translations) go to the faster search of
-  beam_search_vaswani_transformer.py, the rest to transformers'; a static cache compiles the decoding step.
-
-Shipped beside the model file as remote code: it imports only torch, transformers and that sibling file.
+It stands on transformers' public generation API only (docs/decisions/public-generation-api.md): `generate()`
+prepares the inputs, the decoding cache, the logits processors and the stopping criteria as for any model, and
+hands the decoding loop to `paper_beam_search`, its documented `custom_generate` callable, whenever the settings ask
+for beam search; greedy search and sampling are transformers' own. The search is the beam search of Wu et al. (2016)
+that §6.1 follows: each step keeps the 2k best continuations of the k beams; a continuation that ends (EOS, or a
+stopping criterion) among the first k becomes a finished hypothesis scored log P(Y|X) / lp(Y), with
+lp(Y) = ((5 + |Y|) / 6)^α (`config.length_penalty_type="gnmt"`; "hf": transformers' |Y|^α); the k best finished
+hypotheses of a sentence are its translations, best first, and a sentence is final once no running beam can beat
+them (or, with `early_stopping=True`, once it holds k). Scores, ties and outputs are those of transformers' search.
 """
 
 import copy
-import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
+from functools import partial
 from typing import Any
 
 import torch
+from torch import distributed, nn
 from transformers import GenerationConfig, GenerationMixin
 from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.generation import EosTokenCriteria, GenerateBeamEncoderDecoderOutput, MaxLengthCriteria
+from transformers.integrations import is_deepspeed_zero3_enabled
+from transformers.integrations.fsdp import is_fsdp_managed_module
 from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
-from .beam_search_vaswani_transformer import beam_search, is_plain_request, pad_after_end
-
-LIMITS = ("max_length", "max_new_tokens")
+# transformers 5.24 renamed the decoding cache `past_key_values` → `cache` in forward arguments, output fields and
+# mask helpers (the old name warns until 5.40): outputs and helpers get the installed version's name.
+CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
 # transformers' fallback decoding settings, which Seq2SeqTrainer writes into the model's generation config at its
-# first generated batch; among them its default output length
+# first generated batch; among them its default output length, which is no limit here (`generate`)
 TRANSFORMERS_DEFAULTS = getattr(GenerationConfig, "_get_default_generation_params", dict)()
 TRANSFORMERS_MAX_LENGTH = TRANSFORMERS_DEFAULTS.get("max_length", 20)
+NEVER = -1e9  # the score of a continuation that must not be chosen (transformers' own mask value)
+BLOCK = 64  # columns per block of the vocabulary (`top_continuations`)
+# Stopping criteria that answer each sequence alone, so that final sentences may leave the batch (`Beams.keep`)
+ROW_WISE_CRITERIA = ("MaxLengthCriteria", "EosTokenCriteria", "MaxTimeCriteria", "UntilSet")
 
 
 def generation_setting(generation_config: GenerationConfig, name: str) -> Any:
-    """A setting as `generate()` reads it: the generation config's, or transformers' fallback where it holds none
-    (a saved folder leaves those unset: `settings_as_generation_reads_them`)."""
+    """A setting as `generate()` reads it: the generation config's, or transformers' fallback where it holds none."""
     value = getattr(generation_config, name, None)
     return TRANSFORMERS_DEFAULTS.get(name) if value is None else value
 
 
-# The beams of a sentence share its source: the encoder output and the cross-attention keys and values stay at one
-# row per sentence (the mixin below), and a sentence's `group` consecutive decoder rows (its beams) attend to them
-# as extra query positions of that one row (the model's attention and the ONNX export's decoder step).
-def queries_per_source(query: torch.Tensor, sources: int) -> torch.Tensor:
-    """(batch, heads, tgt_len, d) queries as (sources, heads, group · tgt_len, d), with group = batch / sources."""
-    return query.unflatten(0, (sources, -1)).transpose(1, 2).flatten(2, 3)
+def length_penalty(kind: str, alpha: float, length: int) -> float:
+    """lp(Y) for a hypothesis of `length` tokens: GNMT's ((5 + |Y|) / 6)^α, or transformers' |Y|^α ("hf")."""
+    return ((5 + length) / 6) ** alpha if kind == "gnmt" else float(length) ** alpha
 
 
-def rows_per_beam(grouped: torch.Tensor, tgt_len: int) -> torch.Tensor:
-    """(sources, heads, group · tgt_len, d) back to (batch, heads, tgt_len, d): `queries_per_source` undone."""
-    return grouped.unflatten(2, (-1, tgt_len)).transpose(1, 2).flatten(0, 1)
+def top_continuations(
+    log_probs: torch.Tensor, beam_scores: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The k best (score, beam, token) of each sentence, score = a beam's score + the token's log-probability.
+
+    log_probs: (sentences · beams, vocabulary); beam_scores: (sentences, beams). Returns three (sentences, k)
+    tensors, best first. A top-k over the (sentences, beams · vocabulary) sums is slow on a CPU at that width, so
+    it runs in two stages: the k best 64-wide blocks by their maxima, then the k best scores inside them. The k best
+    scores lie in the k best blocks (a block holding one is beaten by fewer than k blocks): the same choice.
+    """
+    sentences, num_beams = beam_scores.shape
+    vocab_size = log_probs.shape[-1]
+    whole = vocab_size // BLOCK * BLOCK
+    maxima = log_probs[:, :whole].unflatten(1, (-1, BLOCK)).amax(-1)  # (sentences · beams, blocks)
+    if whole < vocab_size:  # the last block is narrower
+        maxima = torch.cat([maxima, log_probs[:, whole:].amax(-1, keepdim=True)], dim=1)
+    blocks_per_beam = maxima.shape[-1]
+    if blocks_per_beam * num_beams <= k:  # a vocabulary of a few blocks: the whole matrix is small
+        scores = log_probs.view(sentences, num_beams, vocab_size) + beam_scores.unsqueeze(-1)
+        scores, best = scores.view(sentences, -1).topk(k)
+        return scores, best // vocab_size, best % vocab_size
+    maxima = maxima + beam_scores.reshape(-1, 1)
+    best_blocks = maxima.view(sentences, -1).topk(k).indices  # (sentences, k), in beams · blocks
+    beams = best_blocks // blocks_per_beam
+    columns = (best_blocks % blocks_per_beam).unsqueeze(-1) * BLOCK + torch.arange(BLOCK, device=beams.device)
+    rows = torch.arange(sentences, device=beams.device).unsqueeze(-1) * num_beams + beams  # (sentences, k)
+    candidates = log_probs[rows.unsqueeze(-1), columns.clamp_max(vocab_size - 1)]  # (sentences, k, BLOCK)
+    candidates = candidates.masked_fill(columns >= vocab_size, float("-inf"))
+    scores, positions = (candidates + beam_scores.gather(1, beams).unsqueeze(-1)).flatten(1).topk(k)
+    return scores, beams.gather(1, positions // BLOCK), columns.flatten(1).gather(1, positions)
 
 
-def rows_per_source(states: torch.Tensor, sources: int) -> torch.Tensor:
-    """(batch, len, d) decoder states as (sources, group · len, d): the query shape the cross-attention mask needs.
-    Equal batches stay as they are (reshaping them would tie an exported graph's batch size to its example's)."""
-    if states.shape[0] == sources:
-        return states
-    return states.reshape(sources, -1, states.shape[-1])
+def along_beams(history: torch.Tensor, beams: torch.Tensor) -> torch.Tensor:
+    """The (sentences, beams, length) `history` of each chosen beam: `beams` (sentences, n) picks n of them."""
+    return history.gather(1, beams.unsqueeze(-1).expand(-1, -1, history.shape[-1]))
 
 
-def gnmt_as_power_of_length(alpha: float, length: int) -> float:
-    """The exponent e with length^e == ((5 + length) / 6)^alpha: the paper's penalty in transformers' form."""
-    if length <= 1:
-        return 0.0  # ((5 + 1) / 6)^alpha == 1 == 1^e for any e
-    return alpha * math.log((5.0 + length) / 6.0) / math.log(length)
+@dataclass
+class Beams:
+    """The search's state, one row per sentence still decoding: (sentences, beams, length) token ids of the running
+    beams and their (sentences, beams) log-probabilities, best first; the best finished hypotheses, padded to
+    max_length after their end, their scores log P / lp (NEVER: none yet) and generated lengths; whether a running
+    beam can still beat them (`open`); each row's sentence in the request (`origin`); and, for
+    `return_dict_in_generate` only, each token's beam row (transformers' `beam_indices`)."""
+
+    running: torch.Tensor
+    running_scores: torch.Tensor
+    finished: torch.Tensor
+    finished_scores: torch.Tensor
+    finished_lengths: torch.Tensor
+    open: torch.Tensor
+    origin: torch.Tensor
+    running_paths: torch.Tensor | None = None
+    finished_paths: torch.Tensor | None = None
+
+    def keep(self, kept: torch.Tensor) -> "Beams":
+        """The state of the sentences at `kept` only."""
+        values = {field.name: getattr(self, field.name) for field in fields(self)}
+        return Beams(**{name: None if value is None else value[kept] for name, value in values.items()})
+
+
+@dataclass
+class Request:
+    """What does not change during one search: beams, continuations kept per step (transformers' 2k, more with
+    several end tokens), lengths, the pad and end ids, and the length penalty."""
+
+    num_beams: int
+    candidates: int
+    prompt_length: int
+    max_length: int
+    pad: int
+    ends: torch.Tensor
+    penalty: str
+    alpha: float
+    early_stopping: bool | str
+
+
+def start(input_ids: torch.Tensor, request: Request, with_paths: bool) -> Beams:
+    """The state before the first step: each sentence's prompt in its first beam (the others start at NEVER, so that
+    the first step's continuations come from one beam), nothing finished."""
+    k, device = request.num_beams, input_ids.device
+    sentences = input_ids.shape[0] // k
+    scores = torch.zeros((sentences, k), device=device)
+    scores[:, 1:] = NEVER
+    beams = Beams(
+        running=input_ids.view(sentences, k, -1),
+        running_scores=scores,
+        finished=input_ids.new_full((sentences, k, request.max_length), request.pad),
+        finished_scores=torch.full((sentences, k), NEVER, device=device),
+        finished_lengths=torch.zeros((sentences, k), dtype=torch.long, device=device),
+        open=torch.ones(sentences, dtype=torch.bool, device=device),
+        origin=torch.arange(sentences, device=device),
+    )
+    if with_paths:
+        steps = request.max_length - request.prompt_length
+        beams.running_paths = torch.full((sentences, k, 0), -1, dtype=torch.int32, device=device)
+        beams.finished_paths = torch.full((sentences, k, steps), -1, dtype=torch.int32, device=device)
+    return beams
+
+
+def ended(
+    stopping_criteria: Any, beams: Beams, choice: tuple[torch.Tensor, ...], request: Request
+) -> torch.Tensor:
+    """(sentences, candidates) whether each continuation ends its sequence: an end token or the length limit, by
+    transformers' two usual criteria read directly, else by calling every criterion on the continued sequences."""
+    _, from_beams, tokens = choice
+    length = beams.running.shape[-1] + 1
+    if all(isinstance(criterion, (MaxLengthCriteria, EosTokenCriteria)) for criterion in stopping_criteria):
+        return torch.isin(tokens, request.ends) | (length >= request.max_length)
+    continued = torch.cat([along_beams(beams.running, from_beams), tokens.unsqueeze(-1)], -1)
+    return stopping_criteria(continued.flatten(0, 1), None).view(tokens.shape)
+
+
+def step(
+    beams: Beams, choice: tuple[torch.Tensor, ...], ends: torch.Tensor, request: Request
+) -> tuple[Beams, torch.Tensor]:
+    """One step: the endings among the first k continuations join the finished hypotheses where they beat them
+    (while their sentence is open and, with early_stopping=True, holds fewer than k), scored log P / lp(|Y|) with
+    |Y| the generated tokens, the end included; the k best that did not end run on. Returns the state and the flat
+    beam rows the self-attention cache must follow."""
+    scores, from_beams, tokens = choice
+    k, (sentences, _, length) = request.num_beams, beams.running.shape
+    offsets = torch.arange(sentences, device=scores.device).unsqueeze(-1) * k
+    full = (beams.finished_scores > NEVER).all(-1) & (request.early_stopping is True)
+    joins = ends[:, :k] & (beams.open & ~full).unsqueeze(-1)
+    generated = length + 1 - request.prompt_length
+    entering = scores[:, :k] / length_penalty(request.penalty, request.alpha, generated)
+    merged_scores = torch.cat([beams.finished_scores, entering.masked_fill(~joins, NEVER)], 1)
+    best = merged_scores.topk(k).indices  # (sentences, k) of 2k: the old and the new hypotheses
+    entered = torch.cat([along_beams(beams.running, from_beams[:, :k]), tokens[:, :k, None]], -1)
+    entered = nn.functional.pad(entered, (0, request.max_length - length - 1), value=request.pad)
+    lengths = torch.cat([beams.finished_lengths, torch.full_like(beams.finished_lengths, generated)], 1)
+    alive = scores + ends * NEVER
+    running = alive.topk(k).indices  # (sentences, k) of 2k, best first
+    next_beams = from_beams.gather(1, running)
+    paths = {}
+    if beams.running_paths is not None:
+        rows = (from_beams + offsets).int().unsqueeze(-1)  # (sentences, 2k, 1): each continuation's beam row
+        candidate_paths = torch.cat([along_beams(beams.running_paths, from_beams), rows], -1)
+        padding = (0, request.max_length - request.prompt_length - candidate_paths.shape[-1])
+        padded = nn.functional.pad(candidate_paths[:, :k], padding, value=-1)
+        paths = {
+            "running_paths": along_beams(candidate_paths, running),
+            "finished_paths": along_beams(torch.cat([beams.finished_paths, padded], 1), best),
+        }
+    next_tokens = tokens.gather(1, running).unsqueeze(-1)
+    beams = replace(
+        beams,
+        running=torch.cat([along_beams(beams.running, next_beams), next_tokens], -1),
+        running_scores=alive.gather(1, running),
+        finished=along_beams(torch.cat([beams.finished, entered], 1), best),
+        finished_scores=merged_scores.gather(1, best),
+        finished_lengths=lengths.gather(1, best),
+        **paths,
+    )
+    return beams, (next_beams + offsets).flatten()
+
+
+def still_open(beams: Beams, request: Request) -> torch.Tensor:
+    """(sentences,) whether a running beam could still beat a finished hypothesis of its sentence: its best score
+    over the penalty of the best length it could reach (the limit with early_stopping="never", else its own)."""
+    length = beams.running.shape[-1]
+    if request.early_stopping == "never" and request.alpha > 0:
+        length = request.max_length
+    best_running = beams.running_scores[:, 0] / length_penalty(
+        request.penalty, request.alpha, length - request.prompt_length
+    )
+    return beams.open & (best_running > beams.finished_scores.min(-1).values)
+
+
+def final(beams: Beams, request: Request) -> torch.Tensor:
+    """(sentences,) whether no later step can change a sentence's finished hypotheses."""
+    full = (beams.finished_scores > NEVER).all(-1) & (request.early_stopping is True)
+    return ~beams.open | full
+
+
+def follow_beams(cache: Cache, rows: torch.Tensor) -> None:
+    """The decoder's self-attention cache reordered to follow the beams kept (`rows`). The cross-attention cache,
+    one row per sentence, needs none. A pre-allocated (static) cache is copied in place: CUDA graphs replay on
+    fixed addresses."""
+    cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+    if not cache.is_compileable:
+        cache.reorder_cache(rows)
+        return
+    for layer in cache.layers:
+        if layer.is_initialized:
+            layer.keys.copy_(layer.keys.index_select(0, rows))
+            layer.values.copy_(layer.values.index_select(0, rows))
+
+
+@dataclass
+class Source:
+    """The source side of the decoder's steps, one row per sentence (not per beam: its beams share it)."""
+
+    encoder_outputs: BaseModelOutput
+    mask: torch.Tensor | None  # the cross-attention mask, made once
+    cache: Cache | None
+
+    def keep(self, kept: torch.Tensor, rows: torch.Tensor) -> "Source":
+        """The source of the sentences at `kept` (decoder rows `rows`) only."""
+        if self.cache is not None:
+            self.cache.self_attention_cache.batch_select_indices(rows)
+            self.cache.cross_attention_cache.batch_select_indices(kept)
+        outputs = BaseModelOutput(last_hidden_state=self.encoder_outputs.last_hidden_state[kept])
+        return Source(outputs, None if self.mask is None else self.mask[kept], self.cache)
+
+
+def source_of(model: Any, model_kwargs: dict[str, Any], num_beams: int) -> Source:
+    """One row per sentence of what `generate()` copied for every beam: the encoder output and the source mask; the
+    mask as the (sentences, 1, 1, src_len) one every step's cross-attention broadcasts, made once (per step, its
+    check for padding waits for the device). flex and flash attention build their own from the 2D mask."""
+    encoder_states = model_kwargs["encoder_outputs"].last_hidden_state[::num_beams]
+    mask = model_kwargs.get("attention_mask")
+    mask = None if mask is None else mask[::num_beams]
+    if mask is not None and model.config._attn_implementation in ("eager", "sdpa"):
+        mask = create_bidirectional_mask(
+            config=model.config,
+            inputs_embeds=encoder_states[:, :1],  # one query position: the mask broadcasts over the rest
+            attention_mask=mask,
+            encoder_hidden_states=encoder_states,
+        )
+    cache = model_kwargs.get(CACHE_NAME, model_kwargs.get("past_key_values"))
+    return Source(BaseModelOutput(last_hidden_state=encoder_states), mask, cache)
+
+
+def can_leave(
+    source: Source, stopping_criteria: Any, generation_config: GenerationConfig, synced_gpus: bool
+) -> bool:
+    """Whether final sentences may leave the batch: a cache whose rows can be selected (not a static one, whose
+    addresses CUDA graphs keep), criteria that answer each row alone, per-step outputs not asked for, one process."""
+    return (
+        isinstance(source.cache, EncoderDecoderCache)
+        and not source.cache.is_compileable
+        and all(type(criterion).__name__ in ROW_WISE_CRITERIA for criterion in stopping_criteria)
+        and not generation_config.return_dict_in_generate
+        and not synced_gpus
+    )
+
+
+def set_aside(
+    results: tuple[torch.Tensor, ...] | None, beams: Beams, leaving: torch.Tensor | None
+) -> tuple[torch.Tensor, ...]:
+    """The finished hypotheses, scores and lengths of every sentence of the request, those of the `leaving`
+    sentences (None: all still in the batch) written at their place."""
+    current = (beams.finished, beams.finished_scores, beams.finished_lengths)
+    results = results or tuple(tensor.clone() for tensor in current)
+    rows = slice(None) if leaving is None else leaving
+    for every, now in zip(results, current, strict=True):
+        every[beams.origin[rows]] = now[rows]
+    return results
+
+
+def peers_decoding(this_peer_decoding: bool, synced_gpus: bool, device: torch.device) -> bool:
+    """Whether any process still decodes (all of them step together under DeepSpeed ZeRO-3 or FSDP)."""
+    if not synced_gpus:
+        return this_peer_decoding
+    flag = torch.tensor(float(this_peer_decoding), device=device)
+    distributed.all_reduce(flag)
+    return flag.item() > 0
+
+
+@torch.no_grad()
+def paper_beam_search(
+    model: Any,
+    input_ids: torch.LongTensor,
+    logits_processor: Any,
+    stopping_criteria: Any,
+    generation_config: GenerationConfig,
+    synced_gpus: bool = False,
+    **model_kwargs: Any,
+) -> torch.LongTensor | GenerateBeamEncoderDecoderOutput:
+    """§6.1 beam search (module docstring) as `generate()`'s `custom_generate`: `input_ids` (sentences · beams,
+    prompt) and `model_kwargs` as generate() prepared them. Returns the best `num_return_sequences` of each
+    sentence, (sentences · num_return_sequences, length), padded after their end; with `return_dict_in_generate`,
+    transformers' beam output (sequences_scores, scores, beam_indices, attentions as asked)."""
+    settings = generation_config
+    end_ids = settings.eos_token_id if isinstance(settings.eos_token_id, list) else [settings.eos_token_id]
+    request = Request(
+        num_beams=settings.num_beams,
+        candidates=max(2, 1 + len(end_ids)) * settings.num_beams,
+        prompt_length=input_ids.shape[1],
+        max_length=settings.max_length,
+        pad=end_ids[0] if settings.pad_token_id is None else settings.pad_token_id,
+        ends=torch.tensor(end_ids, device=input_ids.device),
+        penalty=model.config.length_penalty_type,
+        alpha=settings.length_penalty,
+        early_stopping=settings.early_stopping,
+    )
+    wants = {
+        name: getattr(settings, name)
+        for name in ("output_scores", "output_logits", "output_attentions", "output_hidden_states")
+    }
+    returns_dict = settings.return_dict_in_generate
+    recorded: dict[str, list] = {name: [] for name in ("scores", "logits", "attentions", "cross", "hidden")}
+    beams = start(input_ids, request, with_paths=returns_dict)
+    source = source_of(model, model_kwargs, request.num_beams)
+    leaves = can_leave(source, stopping_criteria, settings, synced_gpus)
+    decoder_mask = model_kwargs.get("decoder_attention_mask")
+    use_cache = model_kwargs.get("use_cache", True)
+    results = None  # (finished, scores, lengths) of every sentence once some have left the batch
+    log_probs_buffer, decoding, cached = None, True, False
+    while True:
+        flat = beams.running.flatten(0, 1)  # (sentences · beams, length)
+        outputs = model(
+            encoder_outputs=source.encoder_outputs,
+            attention_mask=source.mask,
+            decoder_input_ids=flat[:, -1:].contiguous() if cached else flat,  # fixed strides: one graph
+            decoder_attention_mask=decoder_mask,
+            **{CACHE_NAME: source.cache if use_cache else None},
+            use_cache=use_cache,
+            output_attentions=wants["output_attentions"],
+            output_hidden_states=wants["output_hidden_states"],
+            return_dict=True,
+        )
+        source.cache, cached = (getattr(outputs, CACHE_NAME), True) if use_cache else (None, False)
+        if decoder_mask is not None:
+            decoder_mask = torch.cat([decoder_mask, decoder_mask.new_ones((decoder_mask.shape[0], 1))], -1)
+        if decoding:
+            logits = outputs.logits[:, -1, :]  # (sentences · beams, vocabulary)
+            # written in place each step: a new buffer each step costs a CPU page faults
+            if log_probs_buffer is None:
+                log_probs_buffer = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+            log_probs = torch.log_softmax(
+                logits, -1, dtype=torch.float32, out=log_probs_buffer[: logits.shape[0]]
+            )
+            if len(logits_processor):
+                log_probs = logits_processor(flat, log_probs)
+            if returns_dict:
+                record_step(recorded, wants, logits, log_probs, outputs)
+            choice = top_continuations(log_probs, beams.running_scores, request.candidates)
+            ends = ended(stopping_criteria, beams, choice, request)
+            beams, rows = step(beams, choice, ends, request)
+            if source.cache is not None:
+                follow_beams(source.cache, rows)
+            beams.open = still_open(beams, request)
+            done = final(beams, request)
+            # one wait for the device a step: whether any sentence decodes on, and whether any may leave
+            decoding, any_done = torch.stack([~(done.all() | ends.all()), done.any()]).tolist()
+            decoding = decoding and beams.running.shape[-1] < request.max_length
+            if decoding and any_done and leaves:  # final sentences leave the batch, their results kept
+                results = set_aside(results, beams, done)
+                kept = (~done).nonzero().flatten()
+                rows = (
+                    kept.unsqueeze(1) * request.num_beams
+                    + torch.arange(request.num_beams, device=kept.device)
+                ).flatten()
+                beams, source = beams.keep(kept), source.keep(kept, rows)
+                decoder_mask = None if decoder_mask is None else decoder_mask[rows]
+        if not peers_decoding(decoding, synced_gpus, input_ids.device):
+            break
+    finished, scores, lengths = (
+        (beams.finished, beams.finished_scores, beams.finished_lengths)
+        if results is None
+        else set_aside(results, beams, None)
+    )
+    returned = settings.num_return_sequences
+    length = request.prompt_length + int(lengths[:, :returned].max())
+    sequences = finished[:, :returned, :length].flatten(0, 1)
+    if not returns_dict:
+        return sequences
+    encoder_outputs = model_kwargs["encoder_outputs"]
+    return GenerateBeamEncoderDecoderOutput(
+        sequences=sequences,
+        sequences_scores=scores[:, :returned].flatten() if wants["output_scores"] else None,
+        scores=tuple(recorded["scores"]) if wants["output_scores"] else None,
+        logits=tuple(recorded["logits"]) if wants["output_logits"] else None,
+        beam_indices=beams.finished_paths[:, :returned, : length - request.prompt_length].flatten(0, 1),
+        encoder_attentions=encoder_outputs.get("attentions") if wants["output_attentions"] else None,
+        encoder_hidden_states=encoder_outputs.get("hidden_states") if wants["output_hidden_states"] else None,
+        decoder_attentions=tuple(recorded["attentions"]) if wants["output_attentions"] else None,
+        cross_attentions=tuple(recorded["cross"]) if wants["output_attentions"] else None,
+        decoder_hidden_states=tuple(recorded["hidden"]) if wants["output_hidden_states"] else None,
+        **{CACHE_NAME: source.cache},
+    )
+
+
+def record_step(
+    recorded: dict[str, list],
+    wants: dict[str, bool],
+    logits: torch.Tensor,
+    log_probs: torch.Tensor,
+    outputs: Any,
+) -> None:
+    """One step's scores, logits, attentions and hidden states, as `return_dict_in_generate` asked for them."""
+    if wants["output_scores"]:
+        recorded["scores"].append(log_probs.clone())
+    if wants["output_logits"]:
+        recorded["logits"].append(logits.clone())
+    if wants["output_attentions"]:
+        recorded["attentions"].append(outputs.decoder_attentions)
+        recorded["cross"].append(outputs.cross_attentions)
+    if wants["output_hidden_states"]:
+        recorded["hidden"].append(outputs.decoder_hidden_states)
+
+
+def requested(
+    name: str, kwargs: dict[str, Any], generation_config: Any, model_settings: GenerationConfig
+) -> Any:
+    """A setting as a `generate()` call asks for it: the call's keyword, its generation config's, the model's."""
+    for value in (
+        kwargs.get(name),
+        getattr(generation_config, name, None),
+        getattr(model_settings, name, None),
+    ):
+        if value is not None:
+            return value
+    return None
 
 
 class VaswaniTransformerGenerationMixin(GenerationMixin):
-    """`GenerationMixin` with the paper's decoding (§6.1) and the translation model's shortcuts."""
+    """`GenerationMixin` with the paper's decoding (§6.1)."""
 
     @contextmanager
     def settings_as_generation_reads_them(self) -> Iterator[None]:
         """The config and generation config, while they are saved, as generation reads them.
 
-        - `config.use_cache`: whether generation caches keys and values (its generation config's `use_cache`).
-          transformers' Trainer sets `config.use_cache` to its argument's (False by default) for training; saved
-          so, config.json said no cache while every `generate()` uses one.
+        - `config.use_cache`: whether generation caches keys and values (its generation config's `use_cache`);
+          transformers' Trainer sets `config.use_cache` to False for training.
         - transformers' fallback settings unset: Seq2SeqTrainer writes them all into the generation config, among
           them `max_length=20`, which `generate` below reads as no limit but a reader of generation_config.json
-          (or of the model card made from it) takes literally. Unset, each means what it meant before.
+          takes literally. Unset, each means what it meant before.
         """
         generation, use_cache = self.generation_config, self.config.use_cache
         as_saved = copy.deepcopy(generation)
@@ -96,24 +487,23 @@ class VaswaniTransformerGenerationMixin(GenerationMixin):
         finally:
             self.generation_config, self.config.use_cache = generation, use_cache
 
-    # §6.1 decoding: "maximum output length … input length + 50, but terminate early when possible".
     def generate(
         self, inputs: torch.Tensor | None = None, generation_config: Any = None, **kwargs: Any
     ) -> Any:
-        """`GenerationMixin.generate`, defaulting the output limit to the longest source + `max_length_offset`.
+        """`GenerationMixin.generate`, with §6.1's output limit and beam search.
 
-        transformers' own default `max_length` (20) in the model's generation config is not a limit here:
-        Seq2SeqTrainer writes it there after its first generated batch, which capped every later batch at 20
-        tokens and warned that `max_new_tokens` and `max_length` were both set. A `max_new_tokens` of the call
-        takes precedence over the model's `max_length` (as in transformers), without that warning.
+        The output limit defaults to the longest source + `config.max_length_offset` ("input length + 50"): no
+        `max_new_tokens` or `max_length` set, or only transformers' fallback `max_length` (20), which Seq2SeqTrainer
+        writes into the generation config after its first generated batch. A call's `max_new_tokens` takes
+        precedence over the model's `max_length`, without transformers' warning. Beam search (`num_beams` > 1, no
+        sampling, no streamer) runs `paper_beam_search`.
         """
-        model_max_length = self.generation_config.max_length
-        limits = [kwargs.get(name) for name in LIMITS] + [
-            getattr(generation_config, name, None) for name in LIMITS
-        ]
+        model_settings = self.generation_config
+        limits = [kwargs.get(name) for name in ("max_length", "max_new_tokens")]
+        limits += [getattr(generation_config, name, None) for name in ("max_length", "max_new_tokens")]
         limits += [
-            self.generation_config.max_new_tokens,
-            None if model_max_length == TRANSFORMERS_MAX_LENGTH else model_max_length,
+            model_settings.max_new_tokens,
+            None if model_settings.max_length == TRANSFORMERS_MAX_LENGTH else model_settings.max_length,
         ]
         source = inputs if inputs is not None else kwargs.get("input_ids")
         if all(limit is None for limit in limits) and source is not None:
@@ -122,156 +512,21 @@ class VaswaniTransformerGenerationMixin(GenerationMixin):
             kwargs["max_new_tokens"] = source_length + self.config.max_length_offset
         if kwargs.get("max_new_tokens") is not None and "max_length" not in kwargs:
             kwargs["max_length"] = None  # the model's max_length yields to the call's max_new_tokens
+        beam_search = (
+            (requested("num_beams", kwargs, generation_config, model_settings) or 1) > 1
+            and not requested("do_sample", kwargs, generation_config, model_settings)
+            and kwargs.get("streamer") is None  # transformers refuses a streamer for beam search
+            and kwargs.get("assistant_model") is None
+            and "custom_generate" not in kwargs
+        )
+        if beam_search:
+            synced_gpus = kwargs.pop("synced_gpus", None)
+            if synced_gpus is None:
+                world = (
+                    distributed.get_world_size()
+                    if distributed.is_available() and distributed.is_initialized()
+                    else 1
+                )
+                synced_gpus = (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self)) and world > 1
+            kwargs["custom_generate"] = partial(paper_beam_search, synced_gpus=synced_gpus)
         return super().generate(inputs, generation_config, **kwargs)
-
-    # transformers copies the encoder output and the source mask for every beam (and every returned sequence).
-    # They stay at one row per sentence instead: the cross-attention keys/values are then projected, cached and
-    # read once per source, not once per beam (1/num_beams of the cross-attention cache and its memory traffic).
-    def _expand_inputs_for_generation(
-        self,
-        expand_size: int = 1,
-        is_encoder_decoder: bool = False,
-        input_ids: torch.LongTensor | None = None,
-        **model_kwargs: Any,
-    ) -> tuple[torch.LongTensor | None, dict[str, Any]]:
-        per_source = ("encoder_outputs", "attention_mask")
-        shared = {key: model_kwargs.pop(key) for key in per_source if key in model_kwargs}
-        if shared.get("attention_mask") is not None and shared.get("encoder_outputs") is not None:
-            shared["attention_mask"] = self._cross_attention_mask(
-                shared["attention_mask"], shared["encoder_outputs"]
-            )
-        input_ids, model_kwargs = super()._expand_inputs_for_generation(
-            expand_size=expand_size, is_encoder_decoder=False, input_ids=input_ids, **model_kwargs
-        )
-        return input_ids, {**model_kwargs, **shared}
-
-    def _cross_attention_mask(self, source_mask: torch.Tensor, encoder_outputs: Any) -> torch.Tensor | None:
-        """The (sources, 1, 1, src_len) mask every decoding step's cross-attention broadcasts, made once.
-
-        Made per step from the 2D source mask, transformers' mask helper checks whether anything is padded (a host
-        sync: the GPU waits at every step). Once per generation it is one check; None when nothing is padded (sdpa).
-        flex and flash attention keep the 2D mask: they build their own (a block mask holds one query length).
-        """
-        if source_mask.ndim != 2 or self.config._attn_implementation not in ("eager", "sdpa"):
-            return source_mask
-        encoder_states = encoder_outputs[0]  # (sources, src_len, d_model)
-        return create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=encoder_states[:, :1],  # one query position: the mask broadcasts over the rest
-            attention_mask=source_mask,
-            encoder_hidden_states=encoder_states,
-        )
-
-    # Beam search keeps the beams that scored best; only the decoder's self-attention cache follows them. Every
-    # beam of a sentence holds the same source, so its cross-attention keys/values (one row per sentence, see
-    # above) need no reordering.
-    # A pre-allocated (static) cache is reordered in place: CUDA graphs replay on fixed addresses, and transformers'
-    # reorder gives every layer new tensors, after a length check that waits for the GPU.
-    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
-        cache = (
-            past_key_values.self_attention_cache
-            if isinstance(past_key_values, EncoderDecoderCache)
-            else past_key_values
-        )
-        if not cache.is_compileable:
-            cache.reorder_cache(beam_idx)
-            return past_key_values
-        for layer in cache.layers:
-            if layer.is_initialized:
-                layer.keys.copy_(layer.keys.index_select(0, beam_idx))
-                layer.values.copy_(layer.values.index_select(0, beam_idx))
-        return past_key_values
-
-    # Plain requests (the translations of `translate`, the pipeline and the commands) go to the sibling module's
-    # beam search, which picks each step's continuations with less work over the vocabulary and otherwise follows
-    # transformers' step for step; the rest to transformers'. transformers compiles the decoding step of greedy
-    # search over a static cache (on GPUs with CUDA graphs), but its beam search calls the model uncompiled. Under
-    # the same conditions (static cache, a GPU or compile_config, compiling not disabled) beam search's steps run
-    # through a compiled forward too; a forward set on the model (say, compiled by hand) is used as it is. Both
-    # searches' outputs are padded with the pad id after EOS, as greedy search's are (`pad_after_end`).
-    def _beam_search(
-        self,
-        input_ids: torch.LongTensor,
-        logits_processor: Any,
-        stopping_criteria: Any,
-        generation_config: Any,
-        synced_gpus: bool = False,
-        **model_kwargs: Any,
-    ) -> Any:
-        compiles = "forward" not in vars(self) and self._valid_auto_compile_criteria(
-            model_kwargs, generation_config
-        )
-        if compiles:
-            self.forward = self._compiled_forward(generation_config.compile_config)
-        try:
-            if is_plain_request(generation_config, logits_processor, synced_gpus):
-                output = beam_search(self, input_ids, stopping_criteria, generation_config, **model_kwargs)
-            else:
-                search = (input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus)
-                output = super()._beam_search(*search, **model_kwargs)
-        finally:
-            if compiles:
-                del self.forward  # back to the class's forward
-        if isinstance(output, torch.Tensor):
-            return pad_after_end(output, input_ids.shape[1], generation_config)
-        output.sequences = pad_after_end(output.sequences, input_ids.shape[1], generation_config)
-        return output
-
-    def _compiled_forward(self, compile_config: Any) -> Callable:
-        """`forward` compiled with `compile_config` (transformers' default: CUDA graphs), kept for reuse.
-
-        Not transformers' `get_compiled_call`: that compiles `__call__`, which calls `forward`, so set as the
-        forward it would call itself.
-        """
-        compile_config = compile_config or self._default_compile_config()
-        if getattr(self, "_forward_compile_config", None) != compile_config:
-            self._forward_compile_config = compile_config
-            self._forward_compiled = torch.compile(
-                type(self).forward.__get__(self), **compile_config.to_dict()
-            )
-        return self._forward_compiled
-
-    # As transformers' greedy search does, the prefill (the first step, which also sets up the static cache) runs
-    # uncompiled and only the one-token steps replay the compiled forward. Compiled, the prefill set up the cache
-    # inside a graph, and the next step's CUDA graph, which reads and increments the cache's length counter, crashed
-    # the process (a segmentation fault with torch 2.11 and transformers 5.17; not with graph partitions off).
-    def _prefill(self, *args: Any, **kwargs: Any) -> Any:
-        step = vars(self).get("forward")
-        if step is None or step is not getattr(self, "_forward_compiled", None):
-            return super()._prefill(*args, **kwargs)
-        del self.forward  # the class's forward for this one call
-        try:
-            return super()._prefill(*args, **kwargs)
-        finally:
-            self.forward = step
-
-    # transformers divides a finished beam's log-probability by |Y|^length_penalty. With length_penalty_type
-    # "gnmt" we hand it, at each length, the exponent that makes that divisor ((5 + |Y|) / 6)^α instead.
-    def _update_finished_beams(
-        self, *, cur_len: int, decoder_prompt_len: int, length_penalty: float, **kwargs: Any
-    ):
-        if self.config.length_penalty_type == "gnmt":
-            length_penalty = gnmt_as_power_of_length(length_penalty, cur_len + 1 - decoder_prompt_len)
-        return super()._update_finished_beams(
-            cur_len=cur_len, decoder_prompt_len=decoder_prompt_len, length_penalty=length_penalty, **kwargs
-        )
-
-    def _check_early_stop_heuristic(
-        self,
-        *,
-        cur_len: int,
-        decoder_prompt_len: int,
-        length_penalty: float,
-        early_stopping: Any,
-        **kwargs: Any,
-    ):
-        if self.config.length_penalty_type == "gnmt":
-            length = kwargs["max_length"] if early_stopping == "never" else cur_len
-            length_penalty = gnmt_as_power_of_length(length_penalty, length - decoder_prompt_len)
-        return super()._check_early_stop_heuristic(
-            cur_len=cur_len,
-            decoder_prompt_len=decoder_prompt_len,
-            length_penalty=length_penalty,
-            early_stopping=early_stopping,
-            **kwargs,
-        )

@@ -2,19 +2,17 @@
 
 Inference Endpoints (a "Custom" endpoint on the model repository) builds `EndpointHandler(path)` once and calls it
 with each request's JSON: `{"inputs": "I love you." or a list of texts, "parameters": {"num_beams": 4, ...}}`.
-It answers `[{"translation_text": ...}]`, one per input, decoded as `translate()` decodes (the model's beam search
-and length penalty, §6.1, unless the parameters say otherwise). It needs only torch and transformers: the model and
-`translate()` come from the folder's own code (trust_remote_code: the folder's, beside this file).
+It answers `[{"translation_text": ...}]`, one per input, from the folder's `vaswani-translation` pipeline (the
+model's beam search and length penalty, §6.1, unless the parameters say otherwise). It needs only torch and
+transformers: the pipeline and the model come from the folder's own code (trust_remote_code).
 """
 
-import importlib
 from typing import Any
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-from transformers.dynamic_module_utils import get_class_from_dynamic_module
+from transformers import pipeline
 
-PIPELINE_CLASS = "pipeline_vaswani_transformer.VaswaniTranslationPipeline"
+BATCH_SIZE = 32  # sentences per generate() call
 
 
 class EndpointHandler:
@@ -22,12 +20,7 @@ class EndpointHandler:
 
     def __init__(self, path: str = "") -> None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True).to(device).eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(
-            path, trust_remote_code=True
-        )  # else it asks (the config)
-        pipeline_class = get_class_from_dynamic_module(PIPELINE_CLASS, path)
-        self.translate = importlib.import_module(pipeline_class.__module__).translate
+        self.translator = pipeline("vaswani-translation", model=path, device=device, trust_remote_code=True)
 
     def __call__(self, data: dict[str, Any]) -> list[dict[str, str]]:
         """`data["inputs"]`: a text or a list of texts; `data["parameters"]`: generate() keywords (num_beams,
@@ -38,5 +31,7 @@ class EndpointHandler:
             raise ValueError('"inputs" must be a text or a list of texts.')
         if not isinstance(parameters, dict):
             raise ValueError('"parameters" must be an object of decoding options (num_beams, ...).')
-        translations = self.translate(texts, self.model, self.tokenizer, **parameters)
-        return [{"translation_text": translation} for translation in translations]
+        if "num_return_sequences" in parameters:
+            raise ValueError('"num_return_sequences" is not served: one translation per input.')
+        results = self.translator(texts, batch_size=BATCH_SIZE, **parameters)
+        return [{"translation_text": result["translation_text"]} for result in results]

@@ -38,18 +38,9 @@ from .fast_path_vaswani_transformer import (
     prefers_eager_attention,
     residual_stream,
 )
-from .generation_vaswani_transformer import (
-    VaswaniTransformerGenerationMixin,
-    queries_per_source,
-    rows_per_beam,
-    rows_per_source,
-)
+from .generation_vaswani_transformer import CACHE_NAME, VaswaniTransformerGenerationMixin
 from .loss_vaswani_transformer import VaswaniTransformerLossMixin
-from .remote_code_vaswani_transformer import RemoteCodeSavingMixin
-
-# transformers 5.24 renamed the decoding cache `past_key_values` → `cache` in forward arguments, output fields and
-# mask helpers (the old name warns until 5.40): outputs and helpers get the installed version's name.
-CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+from .saving_vaswani_transformer import RemoteCodeSavingMixin
 
 
 def take_cache(past_key_values: Cache | None, kwargs: dict[str, Any]) -> Cache | None:
@@ -131,6 +122,27 @@ def eager_attention_forward(
 
 
 # §3.2.2 Multi-Head Attention
+# The beams of a sentence share its source (§6.1 decoding keeps one row per sentence): the encoder output and the
+# cross-attention keys and values stay at one row per sentence, and a sentence's `group` consecutive decoder rows
+# (its beams) attend to them as extra query positions of that one row (also the ONNX export's decoder step).
+def queries_per_source(query: torch.Tensor, sources: int) -> torch.Tensor:
+    """(batch, heads, tgt_len, d) queries as (sources, heads, group · tgt_len, d), with group = batch / sources."""
+    return query.unflatten(0, (sources, -1)).transpose(1, 2).flatten(2, 3)
+
+
+def rows_per_beam(grouped: torch.Tensor, tgt_len: int) -> torch.Tensor:
+    """(sources, heads, group · tgt_len, d) back to (batch, heads, tgt_len, d): `queries_per_source` undone."""
+    return grouped.unflatten(2, (-1, tgt_len)).transpose(1, 2).flatten(0, 1)
+
+
+def rows_per_source(states: torch.Tensor, sources: int) -> torch.Tensor:
+    """(batch, len, d) decoder states as (sources, group · len, d): the query shape the cross-attention mask needs.
+    Equal batches stay as they are (reshaping them would tie an exported graph's batch size to its example's)."""
+    if states.shape[0] == sources:
+        return states
+    return states.reshape(sources, -1, states.shape[-1])
+
+
 class VaswaniTransformerAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, …, head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)."""
 

@@ -1,353 +1,64 @@
-"""Batched translation with the paper's decoding settings, as a function and as a registered pipeline.
+"""The `vaswani-translation` pipeline: sentences in, `{"translation_text": ...}` out, decoded by the model's
+`generate()` (§6.1 unless the call says otherwise).
 
-transformers v5 has no `translation` pipeline; `VaswaniTranslationPipeline` is registered as
-"vaswani-translation" (by `import vaswani_transformer`) and travels with pushed models as remote code, so
-`pipeline("vaswani-translation", model=..., trust_remote_code=True)` works without this package installed.
-Both decode float32 weights in bfloat16 (autocast) on a device that computes it faster than float32 at the model's
-width (precision_vaswani_transformer.py); pass `dtype=torch.float32` (the pipeline: `decoding_dtype=torch.float32`)
-to keep float32. Shipped as remote code: it imports only torch, tqdm, transformers and its sibling files.
+transformers 5 has no `translation` pipeline. This one travels with every saved model as remote code (declared in
+its config.json), so `pipeline("vaswani-translation", model=folder, trust_remote_code=True)` works where only torch
+and transformers are installed; `import vaswani_transformer` registers the package's subclass for the task
+(`vaswani_transformer.decoding.pipeline`), which adds CUDA graphs, language checks and the package's precision rule.
 """
 
-import logging
-import threading
-from collections.abc import Callable, Iterator, Sequence, Sized
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import contextmanager
-from functools import partial
-from typing import Any, overload
+import types
+from collections.abc import Iterable, Mapping, Sized
+from typing import Any
 
 import torch
-from tqdm.auto import tqdm
-from transformers import (
-    Pipeline,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    StoppingCriteria,
-    StoppingCriteriaList,
-)
+from transformers import Pipeline
 
 from .configuration_vaswani_transformer import PIPELINE_TASK
-from .cuda_graphs_vaswani_transformer import bucket, bucketed_generate, check_cuda_graphs
-from .memory_vaswani_transformer import host_room
-from .precision_vaswani_transformer import autocast_to, decoding_precision
-from .sentences_vaswani_transformer import recorded_languages, splitting_language, translate_by_sentences
-from .translation_inputs_vaswani_transformer import (
-    as_pipeline_inputs,
-    cap_source_lengths,
-    check_generate_arguments,
-    check_languages,
-    has_words,
-    output_options,
-    translation_results,
-)
 
-# Sentences per decoding batch: beam search drops each sentence once its beams are final, so a larger batch costs
-# few idle rows and takes fewer steps per sentence (docs/decisions/decoding-batches.md).
-BATCH_SIZE = 128
-logger = logging.getLogger(__name__)
+# generate()'s counts that must be at least one, and lengths that must not be negative
+AT_LEAST_ONE = ("num_beams", "num_return_sequences")
+NOT_NEGATIVE = ("max_length", "max_new_tokens", "min_length", "min_new_tokens")
 
 
-class DecodingBudgetError(ValueError):
-    """A batch whose decoding would need more memory than the device has free."""
+def check_generate_arguments(generate_kwargs: dict[str, Any]) -> None:
+    """Refuse (ValueError, naming the argument) a count below one or a negative length, before any decoding:
+    inside the search they fail far from the call (num_beams=0 divides by zero)."""
+    for name, lowest in [(name, 1) for name in AT_LEAST_ONE] + [(name, 0) for name in NOT_NEGATIVE]:
+        value = generate_kwargs.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < lowest):
+            raise ValueError(f"{name} must be a whole number of at least {lowest}, got {value!r}.")
 
 
-def free_memory_bytes(device: torch.device) -> int | None:
-    """Memory the device can still give: the GPU's free memory, or what the host leaves this process, the least
-    of its free memory, the process's limits and its cgroup's (`memory_vaswani_transformer.host_room`); None when
-    it cannot be read."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    room = host_room()
-    return None if room is None else room.bytes
+def default_decoding_dtype(weights: torch.dtype, device: torch.device) -> torch.dtype:
+    """What decoding computes in unless asked: bfloat16 (autocast) for float32 weights on a CUDA GPU that supports
+    it, else the weights' own dtype (docs/decisions/automatic-bf16.md)."""
+    bf16_gpu = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return torch.bfloat16 if weights == torch.float32 and bf16_gpu else weights
 
 
-def decoding_bytes(config: Any, sentences: int, beams: int, source_tokens: int, new_tokens: int) -> int:
-    """A generous estimate of the memory beam search holds for one batch: float32 log-probabilities over the
-    vocabulary for every beam (and their copies), the growing self-attention cache (two copies while it grows),
-    the cross-attention cache and the encoder's attention scores."""
-    rows, width = sentences * beams, config.d_model * 4
-    vocabulary = 3 * rows * config.vocab_size * 4
-    self_attention = 2 * 2 * config.num_decoder_layers * rows * (new_tokens + 1) * width
-    cross_attention = 2 * config.num_decoder_layers * sentences * source_tokens * width
-    encoder_scores = 2 * sentences * config.num_heads * source_tokens**2 * 4
-    return vocabulary + self_attention + cross_attention + encoder_scores
-
-
-def check_decoding_budget(
-    model: PreTrainedModel,
-    sentences: int,
-    source_tokens: int,
-    generate_kwargs: dict[str, Any],
-    in_flight: int = 1,
-) -> None:
-    """Refuse (DecodingBudgetError) a batch whose decoding would not fit in the device's free memory, `in_flight`
-    such batches at once, before it starts, naming the settings to lower."""
-    config, generation = model.config, model.generation_config
-    beams = generate_kwargs.get("num_beams") or generation.num_beams or 1
-    new_tokens = generate_kwargs.get("max_new_tokens") or source_tokens + config.max_length_offset
-    needed, free = (
-        in_flight * decoding_bytes(config, sentences, beams, source_tokens, new_tokens),
-        free_memory_bytes(model.device),
-    )
-    if free is not None and needed > free:
-        batches = "a batch" if in_flight == 1 else f"{in_flight} batches at once, each"
-        room = None if model.device.type == "cuda" else host_room()
-        limit = room.limit if room else ""  # the process's or its cgroup's limit that leaves `free`, if any
-        raise DecodingBudgetError(
-            f"decoding {batches} of {sentences:,} sentence(s) with {beams:,} beam(s) ({source_tokens:,} source and "
-            f"up to {new_tokens:,} new tokens, vocabulary {config.vocab_size:,}) needs about {needed / 2**30:,.1f} "
-            f"GiB, but {free / 2**30:,.1f} GiB are free{limit}: lower --num_beams or --batch_size"
-            f"{', or raise the limit' if limit else ''}."
-        )
-
-
-def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped into batches of similar length (longest first), so little padding is decoded."""
-    if batch_size <= 0:
-        raise ValueError(f"batch_size must be positive, got {batch_size}.")
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-
-
-def batch_size_within_budget(
-    model: PreTrainedModel, encodings: list[list[int]], generate_kwargs: dict[str, Any]
-) -> int:
-    """`BATCH_SIZE` sentences, halved until a batch of the longest sources fits in memory (at least one)."""
-    longest = max(len(ids) for ids in encodings)
-    batch_size = min(BATCH_SIZE, len(encodings))
-    while batch_size > 1:
-        try:
-            check_decoding_budget(model, batch_size, longest, generate_kwargs)
-            return batch_size
-        except DecodingBudgetError:
-            batch_size //= 2
-    return batch_size
-
-
-def decoding_workers(device: torch.device, batches: int, workers: int | None = None) -> int:
-    """How many batches decode at once: `workers` if given, else two on a CPU with two or more of torch's threads
-    and two or more batches, else one.
-
-    A small model's decoding step on a CPU is many small operators and Python between them, which one thread per
-    batch does nearly as fast as two; two batches at once, each on half of the threads, keep both cores busy
-    while the other batch is in Python (more sentences a second, the same translations;
-    docs/decisions/decoding-batches.md). GPUs run one batch at a time (one stream).
-    """
-    if workers is not None:
-        if workers < 1:
-            raise ValueError(f"workers must be at least 1, got {workers}.")
-        return min(workers, max(batches, 1))
-    return 2 if device.type == "cpu" and torch.get_num_threads() >= 2 and batches >= 2 else 1
-
-
-@contextmanager
-def intra_op_threads(count: int) -> Iterator[None]:
-    """torch's intra-op threads set to `count` in this thread, and set back afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def workers_within_budget(
-    model: PreTrainedModel,
-    first_batch: list[list[int]],
-    generate_kwargs: dict[str, Any],
-    workers: int,
-    chosen: bool,
-) -> int:
-    """`workers`, or one where that many batches at once would not fit in memory and the count was not `chosen`;
-    refused (DecodingBudgetError) when not even one fits. The first batch holds the longest sources, so a budget
-    it breaks is found before any decoding."""
-    budget = (model, len(first_batch), max(len(ids) for ids in first_batch), generate_kwargs)
-    try:
-        check_decoding_budget(*budget, in_flight=workers)
-    except DecodingBudgetError:
-        if chosen or workers == 1:
-            raise
-        check_decoding_budget(*budget)
-        return 1
-    return workers
-
-
-class UntilSet(StoppingCriteria):
-    """generate() stops every sequence at its next step once `event` is set."""
-
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
-
-    def __call__(
-        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
-    ) -> torch.BoolTensor:
-        return torch.full(
-            (input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device
-        )
-
-
-def decoded_batches(
-    batches: list[list[int]], decode: Callable[[list[int], threading.Event | None], list[str]], workers: int
-) -> Iterator[tuple[list[int], list[str]]]:
-    """Each batch with its translations as they finish: one at a time in this thread (`decode(batch, None)`), or
-    `workers` at once in threads of their own, each on its share of torch's threads (`decode(batch, stop)`, whose
-    decoding ends at its next step once `stop` is set).
-
-    `stop` is set by the first error in a worker and whenever this generator ends early, by an error or by Ctrl-C
-    in this thread: batches not started are skipped, those under way end at their next step and are never handed
-    on, so that a KeyboardInterrupt ends translation at once instead of after every batch under way."""
-    if workers == 1:
-        for batch in batches:
-            yield batch, decode(batch, None)
-        return
-    threads = max(1, torch.get_num_threads() // workers)
-    stop = threading.Event()
-
-    def decode_in_worker(batch: list[int]) -> list[str] | None:
-        if stop.is_set():
-            return None
-        try:
-            with intra_op_threads(threads):
-                translations = decode(batch, stop)
-        except BaseException:
-            stop.set()
-            raise
-        return None if stop.is_set() else translations  # a batch the stop may have cut short is not handed on
-
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="translate")
-    try:
-        futures = {pool.submit(decode_in_worker, batch): batch for batch in batches}
-        for future in as_completed(futures):
-            if (translations := future.result()) is not None:
-                yield futures[future], translations
-    finally:
-        stop.set()
-        pool.shutdown(cancel_futures=True)
-
-
-@overload
-def translate(
-    texts: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, **kwargs: Any
-) -> str: ...
-@overload
-def translate(
-    texts: Sequence[str], model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, **kwargs: Any
-) -> list[str]: ...
-@torch.no_grad()  # not inference_mode: see `decode` below
-def translate(
-    texts: str | Sequence[str],
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    *,
-    batch_size: int | None = None,
-    show_progress: bool = False,
-    dtype: torch.dtype | None = None,
-    workers: int | None = None,
-    on_batch: Callable[[int], object] | None = None,
-    cuda_graphs: bool = False,
-    split_sentences: bool | str = False,
-    **generate_kwargs: Any,
-) -> str | list[str]:
-    """Translate `texts` and return the translations in input order (one string for one string).
-
-    Blank sources (nothing but whitespace) give empty translations. Decoding uses the model's generation config
-    (for this package: beam 4, GNMT length penalty α = 0.6 or the α a training run saved, output limit = source
-    length + 50, §6.1) unless `generate_kwargs` override it; a count below one or a negative length is a
-    ValueError before any decoding. It computes in `dtype`, by default `precision.decoding_precision`'s: bfloat16
-    autocast for float32 weights on a CPU or GPU that computes bfloat16 faster at this model's width (its
-    d_model), else the weights' dtype; `dtype=torch.float32` keeps float32 weights in float32.
-    Sources longer than the model's position table are cut to it (`cap_source_lengths`, with a warning). Batches
-    hold `batch_size` sentences, by default `BATCH_SIZE` or fewer where a batch of the longest sources would not
-    fit in memory (`batch_size_within_budget`); a batch that would not fit is refused before it decodes
-    (`check_decoding_budget`). `workers` batches decode at once (`decoded_batches`; default `decoding_workers`: two
-    on a multi-core CPU, one when two would not fit in memory). `on_batch` is called with each decoded batch's
-    sentence count, as it finishes (a caller's own progress: `vaswani-translate` counts lines over many calls).
-    `cuda_graphs=True` decodes one batch at a time through a compiled step over a static cache, each batch padded
-    up to a few shapes (`cuda_graphs_vaswani_transformer.bucketed_generate`): CUDA graphs on a GPU, the same
-    translations. `split_sentences` (True: by the source language the model's folder records; or a language code)
-    translates each text sentence by sentence and joins the translations with the text's own spacing, as
-    `vaswani-serve` and `vaswani-translate --split_sentences` do (sentences_vaswani_transformer.py, sentencex).
-    """
-    options = dict(batch_size=batch_size, show_progress=show_progress, dtype=dtype, workers=workers)
-    options.update(on_batch=on_batch, cuda_graphs=cuda_graphs, **generate_kwargs)
-    if isinstance(texts, str):
-        return translate([texts], model, tokenizer, split_sentences=split_sentences, **options)[0]
-    if split_sentences:
-        language = splitting_language(split_sentences, model.name_or_path)
-        return translate_by_sentences(
-            texts, language, lambda sentences: translate(sentences, model, tokenizer, **options)
-        )
-    check_generate_arguments(generate_kwargs)
-    if cuda_graphs:
-        check_cuda_graphs(model, generate_kwargs, workers)
-    if generate_kwargs.get("num_return_sequences", 1) != 1:
-        raise ValueError(
-            "translate() gives one translation per source: for several, call the vaswani-translation pipeline "
-            "with num_return_sequences."
-        )
-    results = [""] * len(texts)
-    # verbose=False: cap_source_lengths says what is cut, in place of the tokenizer's "indexing errors" warning
-    encoded = tokenizer(list(texts), add_special_tokens=True, verbose=False)["input_ids"] if texts else []
-    sources = [index for index, ids in enumerate(encoded) if has_words(ids, tokenizer)]
-    if not sources:
-        return results
-    encodings = cap_source_lengths([encoded[i] for i in sources], model.config.max_position_embeddings)
-    if batch_size is None:
-        batch_size = batch_size_within_budget(model, encodings, generate_kwargs)
-    batches = length_sorted_batches([len(ids) for ids in encodings], batch_size)
-    first_batch = [encodings[i] for i in batches[0]]
-    count = 1 if cuda_graphs else decoding_workers(model.device, len(batches), workers)
-    count = workers_within_budget(model, first_batch, generate_kwargs, count, chosen=workers is not None)
-    precision = decoding_precision(model.dtype, model.device, dtype, width=model.config.d_model)
-
-    def decode(batch: list[int], stop: threading.Event | None) -> list[str]:
-        """One batch's translations, ending at the next step once `stop` is set (autocast and grad mode are per
-        thread, so entered here)."""
-        inputs = tokenizer.pad({"input_ids": [encodings[i] for i in batch]}, return_tensors="pt")
-        rows = bucket(len(batch)) if cuda_graphs else len(batch)  # copies fill a CUDA-graph batch's bucket
-        check_decoding_budget(model, rows, inputs["input_ids"].shape[1], generate_kwargs, count)
-        arguments = generate_kwargs
-        if stop is not None:
-            criteria = StoppingCriteriaList(
-                [*(generate_kwargs.get("stopping_criteria") or ()), UntilSet(stop)]
-            )
-            arguments = {**generate_kwargs, "stopping_criteria": criteria}
-        # no_grad, not inference_mode: autocast keeps its bfloat16 copy of each weight for the whole generate()
-        # only outside inference mode (inside it, every weight is cast again at every decoding step)
-        with torch.no_grad(), autocast_to(precision, model.dtype, model.device):
-            generate = partial(bucketed_generate, model) if cuda_graphs else model.generate
-            outputs = generate(**inputs.to(model.device), **arguments)
-        return [text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]
-
-    was_training = model.training
-    model.eval()
-    try:
-        with tqdm(
-            total=len(batches), desc="translating", unit="batch", disable=not show_progress
-        ) as progress:
-            for batch, translations in decoded_batches(batches, decode, count):
-                for index, text in zip(batch, translations, strict=True):
-                    results[sources[index]] = text
-                progress.update()
-                if on_batch is not None:
-                    on_batch(len(batch))
-    finally:
-        model.train(was_training)
-    return results
+def as_pipeline_inputs(inputs: Any) -> Any:
+    """`inputs` as transformers' pipelines take them: a string, a list, a generator or a torch Dataset (such as
+    `KeyDataset`) as it is; any other sized iterable of strings (a datasets `Column`, a tuple) as a list; any
+    other iterator as a generator, translated as it is read."""
+    if isinstance(inputs, str | bytes | list | Mapping | types.GeneratorType | torch.utils.data.Dataset):
+        return inputs
+    if isinstance(inputs, Sized) and isinstance(inputs, Iterable):
+        return list(inputs)
+    return (item for item in inputs) if isinstance(inputs, Iterable) else inputs
 
 
 class VaswaniTranslationPipeline(Pipeline):
     """`pipeline("vaswani-translation", model=...)`: sentences in, `{"translation_text": ...}` out.
 
     Keyword arguments of the call (`num_beams=1`, `max_new_tokens=...`) override the model's generation config,
-    which holds the paper's decoding (§6.1). Like transformers 4's translation pipeline, one sentence gives a
+    which holds the paper's decoding (§6.1); `decoding_dtype=torch.bfloat16` decodes float32 weights under bfloat16
+    autocast (`default_decoding_dtype` otherwise). Like transformers 4's translation pipeline, one sentence gives a
     list with one result; several give one result per sentence, or a list of them per sentence with
-    `num_return_sequences=2`. A list gives a list; a generator or a dataset (`KeyDataset`) gives an iterator that
-    translates as it is read; `batch_size=` batches them. A blank sentence gives an empty translation. Any other
-    iterable of strings (a datasets `Column`: `translator(ds["en"])`) is taken too, and transformers 4's options:
-    `return_tensors=True` (the token ids, as "translation_token_ids"), `return_text`, `clean_up_tokenization_spaces`,
-    `truncation=True` (sources cut to the model's positions), `src_lang` and `tgt_lang` (refused when they name
-    another pair than the model records: translation_inputs_vaswani_transformer).
+    `num_return_sequences=2`. A list gives a list; a generator or a dataset (`KeyDataset`) gives an iterator;
+    `batch_size=` batches them. A blank sentence gives an empty translation. transformers 4's options work too:
+    `return_tensors=True` (the token ids, as "translation_token_ids"), `return_text`,
+    `clean_up_tokenization_spaces`, `truncation=True` (sources cut to the model's positions).
     """
 
     _load_processor = False
@@ -359,27 +70,25 @@ class VaswaniTranslationPipeline(Pipeline):
     def _sanitize_parameters(
         self,
         decoding_dtype: torch.dtype | None = None,
-        cuda_graphs: bool | None = None,
         return_text: bool | None = None,
         return_tensors: bool | None = None,
         clean_up_tokenization_spaces: bool | None = None,
         truncation: bool | None = None,
-        src_lang: str | None = None,
-        tgt_lang: str | None = None,
         **generate_kwargs: Any,
     ) -> tuple[dict, dict, dict]:
         check_generate_arguments(generate_kwargs)
-        if cuda_graphs:
-            check_cuda_graphs(self.model, generate_kwargs)
-        if src_lang is not None or tgt_lang is not None:
-            name = self.model.config._name_or_path
-            check_languages(recorded_languages(name) if name else None, src_lang, tgt_lang)
-        forward = dict(generate_kwargs)
-        if decoding_dtype is not None:
-            forward["decoding_dtype"] = decoding_dtype
-        if cuda_graphs is not None:
-            forward["cuda_graphs"] = cuda_graphs
-        postprocess = output_options(return_text, return_tensors, clean_up_tokenization_spaces)
+        text = not return_tensors if return_text is None else return_text
+        if not text and not return_tensors:
+            raise ValueError(
+                "return_text=False without return_tensors=True leaves nothing to return: ask for one."
+            )
+        postprocess: dict[str, Any] = {"return_text": text, "return_tensors": bool(return_tensors)}
+        if clean_up_tokenization_spaces is not None:
+            postprocess["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+        forward = {
+            **generate_kwargs,
+            **({} if decoding_dtype is None else {"decoding_dtype": decoding_dtype}),
+        }
         return ({} if truncation is None else {"truncation": truncation}), forward, postprocess
 
     def preprocess(self, text: str, truncation: bool = False) -> dict[str, torch.Tensor]:
@@ -393,37 +102,41 @@ class VaswaniTranslationPipeline(Pipeline):
         encoding = self.tokenizer(text, return_tensors="pt", **limit)
         return {"input_ids": encoding["input_ids"], "attention_mask": encoding["attention_mask"]}
 
+    def generate(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **generate_kwargs: Any
+    ) -> torch.Tensor:
+        """The model's `generate()`; a subclass may decode otherwise (the package's: through CUDA graphs)."""
+        return self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
+
     def _forward(
         self,
         model_inputs: dict[str, torch.Tensor],
         decoding_dtype: torch.dtype | None = None,
-        cuda_graphs: bool = False,
         **generate_kwargs: Any,
     ) -> dict[str, torch.Tensor]:
-        """generate() in `translate`'s precision (bfloat16 autocast on such devices unless `decoding_dtype`) for
-        the sentences with words, through CUDA graphs with `cuda_graphs` (as `translate`); blank ones get only
-        padding, which decodes to an empty translation."""
+        """generate() in `decoding_dtype` for the sentences with words; blank ones get only padding, which decodes
+        to an empty translation."""
         input_ids, attention_mask = model_inputs["input_ids"], model_inputs["attention_mask"]
         with_words = attention_mask.sum(-1) > self.tokenizer.num_special_tokens_to_add()
         generation = self.model.generation_config
         returned = generate_kwargs.get("num_return_sequences") or generation.num_return_sequences or 1
         generated = torch.empty((0, returned, 1), dtype=torch.long)
         if with_words.any():
-            precision = decoding_precision(
-                self.model.dtype, self.model.device, decoding_dtype, width=self.model.config.d_model
-            )
-            generate = partial(bucketed_generate, self.model) if cuda_graphs else self.model.generate
-            with autocast_to(precision, self.model.dtype, self.model.device):
-                output_ids = generate(
-                    input_ids=input_ids[with_words],
-                    attention_mask=attention_mask[with_words],
-                    **generate_kwargs,
+            weights, device = self.model.dtype, self.model.device
+            dtype = decoding_dtype or self.decoding_dtype(weights, device)
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype not in (weights, torch.float32)):
+                output_ids = self.generate(
+                    input_ids[with_words], attention_mask[with_words], **generate_kwargs
                 )
             generated = output_ids.reshape(-1, returned, output_ids.shape[-1]).cpu()
         # (sentences, num_return_sequences, length): the pipeline splits a batch's outputs by sentence
         output_ids = torch.full((input_ids.shape[0], *generated.shape[1:]), self.model.config.pad_token_id)
         output_ids[with_words.cpu()] = generated
         return {"output_ids": output_ids}
+
+    def decoding_dtype(self, weights: torch.dtype, device: torch.device) -> torch.dtype:
+        """The precision of a call that names none (`default_decoding_dtype`)."""
+        return default_decoding_dtype(weights, device)
 
     def postprocess(
         self,
@@ -434,14 +147,20 @@ class VaswaniTranslationPipeline(Pipeline):
     ) -> dict[str, Any] | list[dict[str, Any]]:
         """One sentence's translation, or the list of them when `num_return_sequences` asks for several: its text
         and (`return_tensors`) its token ids, as transformers 4's translation pipeline gave them."""
-        return translation_results(
-            self.tokenizer, model_outputs["output_ids"][0], return_text, return_tensors, **decoding
-        )
+        results: list[dict[str, Any]] = []
+        for ids in model_outputs["output_ids"][0]:
+            result: dict[str, Any] = {"translation_token_ids": ids} if return_tensors else {}
+            if return_text:
+                result["translation_text"] = self.tokenizer.decode(
+                    ids, skip_special_tokens=True, **decoding
+                ).strip()
+            results.append(result)
+        return results if len(results) > 1 else results[0]
 
     def __call__(self, inputs: Any, **kwargs: Any) -> Any:
         """One sentence: the list of its translations (one unless `num_return_sequences`). Several (a list or
         tuple): a list with one result per sentence. A generator or a dataset: an iterator of them, translated as
-        it is read (transformers' pipelines stream these). Nothing to translate: an empty list."""
+        it is read. Nothing to translate: an empty list."""
         inputs = as_pipeline_inputs(inputs)
         if isinstance(inputs, Sized) and not isinstance(inputs, str) and len(inputs) == 0:
             return []  # transformers' own call reads the first item to look for chat messages

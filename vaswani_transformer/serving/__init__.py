@@ -4,7 +4,7 @@ metrics and a graceful end (docs/serving.md).
 - `app`: the routes (`create_app`, `ServeSettings`); `parsing`: request bodies; `limits`: limits, API keys and
   rates; `batcher`: the decoding worker that batches sentences of many requests; `scores`: per-sentence scores;
   `metrics`: Prometheus; `server`: uvicorn and the signals.
-- Sentences are split by `modeling.sentences_vaswani_transformer`, shared with `vaswani-translate
+- Sentences are split by `decoding.sentences`, shared with `vaswani-translate
   --split_sentences` and `translate(..., split_sentences=True)`.
 """
 

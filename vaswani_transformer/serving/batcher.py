@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 import torch
 
+from ..decoding.translate import intra_op_threads
 from ..evaluation.streaming import Translator
-from ..modeling.pipeline_vaswani_transformer import intra_op_threads
 
 Options = tuple[tuple[str, Any], ...]  # decoding overrides, hashable: requests with equal ones share a batch
 

@@ -12,12 +12,12 @@ import transformers
 from datasets import Dataset
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..decoding.translate import translate
 from ..engines.torch_engine import TorchEngine
 from ..evaluation.loading import load_for_decoding
 from ..evaluation.scoring import translate_and_score, write_scores
 from ..files import folder_written_whole, write_text_atomically
 from ..hub import push_to_hub
-from ..modeling.pipeline_vaswani_transformer import translate
 from ..plotting import plot_training_curve, training_losses_logged
 from .checkpoints import drop_scores, whole_checkpoints, write_average
 from .job_data import Corpora

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from transformers import Seq2SeqTrainingArguments
 
+from ..decoding.precision import bf16_is_faster, bf16_reason
 from ..files import write_text_atomically
-from ..modeling.precision_vaswani_transformer import bf16_is_faster, bf16_reason
 from .run_folder import PRECISION_FILE, RunFolderError
 
 logger = logging.getLogger(__name__)

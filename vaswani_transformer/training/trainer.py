@@ -28,6 +28,7 @@ from ..data.batching import BucketCollator, ShapeBuckets, TokenBudgetBatchSample
 from ..data.token_arrays import PaddedPairBatches, TokenizedPairs, already_collated
 from ..files import write_failures_named
 from .checkpoints import checkpoint_problem, with_usual_permissions
+from .fused_loss import use_fused_loss
 from .monitoring import TrainingProgress
 
 logger = logging.getLogger(__name__)
@@ -47,12 +48,16 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     With `bounded_shapes` (by default, under `torch_compile` only) the batches take a bounded set of shapes
     (`data.batching.ShapeBuckets`); compiled with static shapes, each is compiled once, and the first step of
     each logs "compiling for shape k of at most n".
+
+    The model trains with the loss fused with its tied softmax (`fused_loss.use_fused_loss`) where its config
+    asks for it (`fused_loss`, the default).
     """
 
     def __init__(
         self, *args: Any, max_tokens: int, bounded_shapes: bool | None = None, **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
+        use_fused_loss(self.model)
         self.max_tokens = max_tokens
         self.bounded_shapes = self.args.torch_compile if bounded_shapes is None else bounded_shapes
         self.batch_shapes: list[tuple[int, int]] = []  # with bounded_shapes: the (rows, length) batches take

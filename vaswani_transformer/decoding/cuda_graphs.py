@@ -14,11 +14,17 @@ graphs replay on fixed addresses, and a new cache per call would make every grap
 torch's re-record limit, 128, not replayed at all). The caches of the buckets used stay allocated with the model.
 
 Refused (ValueError, naming the fix) where graphs cannot apply: sampling, `disable_compile`, a model off the GPU
-without a compile_config that compiles everywhere, several batches decoding at once. Shipped beside the model file as remote
-code: it imports only torch and transformers.
+without a compile_config that compiles everywhere, several batches decoding at once.
+
+transformers compiles greedy search's step itself; the model's beam search (§6.1) calls the model's forward, so
+for beam search `compiled_steps` sets a compiled forward on the model for the call: the first call (the prefill,
+which sets up the static cache) runs the class's forward, as transformers' greedy search does — compiled, the
+prefill set up the cache inside a graph and the next step's graph crashed the process (torch 2.11, transformers
+5.17) — and every later step the compiled one.
 """
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,12 +32,10 @@ import torch
 from transformers import CompileConfig, PreTrainedModel
 from transformers.cache_utils import EncoderDecoderCache, StaticCache
 
-from .modeling_vaswani_transformer import CACHE_NAME
+from ..modeling.generation_vaswani_transformer import CACHE_NAME, TRANSFORMERS_MAX_LENGTH
 
 SHORTEST_SOURCE_BUCKET = 16
 SHORTEST_CACHE_BUCKET = 64
-# generate()'s fallback max_length, which the model's generate() reads as no limit (generation_vaswani_transformer)
-TRANSFORMERS_MAX_LENGTH = 20
 # One graph per bucket (sentences, beams, source length, cache length): more than dynamo's default limit of 8 per
 # function (past it dynamo decodes uncompiled, with a warning), but bounded: powers of two of each.
 GRAPH_LIMIT = 256
@@ -127,6 +131,37 @@ def graphs_allowed(limit: int = GRAPH_LIMIT) -> Iterator[None]:
         yield
 
 
+def compiled_forward(model: PreTrainedModel, compile_config: CompileConfig) -> Callable:
+    """The model's forward compiled with `compile_config`, made once per model and config and kept."""
+    kept = vars(model).get("_compiled_forward")
+    if kept is None or kept[0] != compile_config:
+        kept = (compile_config, torch.compile(type(model).forward.__get__(model), **compile_config.to_dict()))
+        vars(model)["_compiled_forward"] = kept
+    return kept[1]
+
+
+@contextmanager
+def compiled_steps(model: PreTrainedModel, compile_config: CompileConfig) -> Iterator[None]:
+    """For one generate(): the model's forward uncompiled at its first call (the prefill), compiled after
+    (module docstring). A forward already set on the model (say, compiled by hand) is used as it is."""
+    if "forward" in vars(model):
+        yield
+        return
+    plain, compiled = type(model).forward.__get__(model), compiled_forward(model, compile_config)
+    calls = 0
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return (plain if calls == 1 else compiled)(*args, **kwargs)
+
+    model.forward = forward
+    try:
+        yield
+    finally:
+        del model.forward
+
+
 def bucketed_generate(
     model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, **generate_kwargs: Any
 ) -> torch.Tensor:
@@ -146,6 +181,7 @@ def bucketed_generate(
         CACHE_NAME: cache,
         "compile_config": generate_kwargs.get("compile_config") or cuda_graphs_compile_config(),
     }
-    with graphs_allowed():
+    steps = compiled_steps(model, settings["compile_config"]) if beams > 1 else contextlib.nullcontext()
+    with graphs_allowed(), steps:
         output = model.generate(input_ids=padded_ids, attention_mask=padded_mask, **settings)
     return output[: sentences * returned]

@@ -3,8 +3,7 @@ own spacing (docs/decisions/sentence-splitting.md: sentencex, whose pieces keep 
 the language pair a saved model records, whose source language the splitting follows unless told.
 
 `translate(..., split_sentences=True)`, the server (`vaswani-serve`) and `vaswani-translate --split_sentences` split
-alike. Shipped as remote code beside the pipeline: sentencex (the serve extra) is imported by name, and only when
-splitting is asked for, so that a saved model loads where only transformers is installed.
+alike. sentencex (the serve extra) is imported only when splitting is asked for.
 """
 
 import importlib

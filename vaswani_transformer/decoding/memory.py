@@ -3,8 +3,7 @@ process's own limits leave (`ulimit -v`, `ulimit -d`) and what its cgroup's limi
 systemd unit's, a batch job's). Reading only the machine's free memory, a decoding budget passed under a limit and
 the batch then failed with an allocation error.
 
-Linux only (the files under /proc and /sys/fs/cgroup); elsewhere every source is None. Shipped as remote code:
-it imports only the standard library.
+Linux only (the files under /proc and /sys/fs/cgroup); elsewhere every source is None.
 """
 
 import os

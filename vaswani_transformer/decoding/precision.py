@@ -8,7 +8,7 @@ AVX512-BF16 instructions multiply bfloat16 anywhere from half to four times as f
 milliseconds of matrix products) and gets bfloat16 only where it is clearly faster; a CPU without them would
 convert bfloat16 through float32 and keeps float32 unmeasured. Decoding, whose products are few rows by a
 model's width, also measures the model's own layer (`cpu_bf16_layer_speedup`): a CPU can be faster in bfloat16
-at 512 wide and slower at `tiny`'s 128. Shipped beside the pipeline as remote code: it imports only torch.
+at 512 wide and slower at `tiny`'s 128.
 """
 
 import contextlib
