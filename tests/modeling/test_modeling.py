@@ -1,5 +1,6 @@
 """The model: positions, masks, cache, attention implementations, save/load, generation."""
 
+import contextlib
 import json
 import math
 import subprocess
@@ -17,6 +18,7 @@ from transformers import AutoModelForSeq2SeqLM, CompileConfig, GenerationMixin
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration, VaswaniTransformerModel
+from vaswani_transformer.decoding.cuda_graphs import compiled_steps
 from vaswani_transformer.modeling import (
     fast_path_vaswani_transformer,
     generation_vaswani_transformer,
@@ -340,10 +342,10 @@ def compiling_on_every_device(**options: object) -> CompileConfig:
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_decoding_steps_compile_to_one_graph(source_batch, num_beams) -> None:
     """With a static cache the decoding step traces as one graph (fullgraph: a graph break raises), as CUDA graphs
-    need, and decodes the default path's tokens, through generate()'s own compile_config: transformers compiles
-    greedy search's step, our beam search compiles its steps the same way (transformers' would run uncompiled).
-    The prefill runs uncompiled, as in transformers' greedy search: one graph, of the one-token step (a compiled
-    prefill, which sets up the static cache inside the graph, crashed CUDA graphs on an H200)."""
+    need, and decodes the default path's tokens: greedy search through generate()'s own compile_config
+    (transformers compiles its step), beam search through the package's `compiled_steps` (what `cuda_graphs=True`
+    uses). The prefill runs uncompiled, as in transformers' greedy search: one graph, of the one-token step (a
+    compiled prefill, which sets up the static cache inside the graph, crashed CUDA graphs on an H200)."""
     torch.manual_seed(0)
     model = VaswaniTransformerForConditionalGeneration(tiny_config(init_std=1.0)).eval()
     graphs = []
@@ -355,10 +357,11 @@ def test_decoding_steps_compile_to_one_graph(source_batch, num_beams) -> None:
     settings = {"num_beams": num_beams, "max_new_tokens": 9, "cache_implementation": "static"}
     expected = model.generate(**source_batch, **settings)
     compile_config = compiling_on_every_device(fullgraph=True, backend=recording_backend)
-    compiled = model.generate(**source_batch, compile_config=compile_config, **settings)
+    with compiled_steps(model, compile_config) if num_beams > 1 else contextlib.nullcontext():
+        compiled = model.generate(**source_batch, compile_config=compile_config, **settings)
     assert len(graphs) == 1, f"{len(graphs)} graphs: the prefill ran compiled, or the step recompiled"
     assert torch.equal(compiled, expected)
-    assert "forward" not in vars(model), "beam search left its compiled forward on the model"
+    assert "forward" not in vars(model), "the compiled forward stayed on the model"
     graphs.clear()
     assert torch.equal(model.generate(**source_batch, num_beams=num_beams, max_new_tokens=9), expected)
     assert not graphs, "the default (dynamic-cache) path ran compiled"
@@ -366,7 +369,7 @@ def test_decoding_steps_compile_to_one_graph(source_batch, num_beams) -> None:
 
 def test_beam_search_keeps_a_forward_set_on_the_model(tiny_model, source_batch) -> None:
     """A forward the user put on the model (e.g. compiled by hand, the way to compile on a CPU) is the one beam
-    search calls, and it stays there, even where generate() would compile the step itself."""
+    search calls, and it stays there, also under the package's compiled steps."""
     calls = []
 
     def own_forward(*args: object, **kwargs: object) -> object:
@@ -376,7 +379,8 @@ def test_beam_search_keeps_a_forward_set_on_the_model(tiny_model, source_batch) 
     compile_config = compiling_on_every_device(backend="eager")
     tiny_model.forward = own_forward
     settings = {"num_beams": 4, "max_new_tokens": 3, "cache_implementation": "static"}
-    tiny_model.generate(**source_batch, compile_config=compile_config, **settings)
+    with compiled_steps(tiny_model, compile_config):
+        tiny_model.generate(**source_batch, compile_config=compile_config, **settings)
     assert calls, "beam search did not call the model's own forward"
     assert tiny_model.forward is own_forward
 

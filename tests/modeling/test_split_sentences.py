@@ -3,8 +3,6 @@ splitter of `vaswani-serve` and `vaswani-translate --split_sentences`, and joine
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -65,38 +63,3 @@ def test_a_model_that_records_no_language_asks_for_one(loaded) -> None:
     assert translate(SENTENCES[0], model, loaded[1], split_sentences="en", **DECODING) == translate(
         SENTENCES[0], model, loaded[1], **DECODING
     )
-
-
-HANDLER = """
-import importlib.util, json, sys
-sys.modules["vaswani_transformer"] = None  # the package must not be importable: the folder's code alone
-spec = importlib.util.spec_from_file_location("handler", f"{sys.argv[1]}/handler.py")
-handler_module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(handler_module)
-handler = handler_module.EndpointHandler(path=sys.argv[1])
-parameters = {"split_sentences": "en", "num_beams": 1, "max_new_tokens": 8}
-print(json.dumps(handler({"inputs": [sys.argv[2]], "parameters": parameters})))
-"""
-
-
-@pytest.mark.slow  # the saved folder's handler in a fresh interpreter
-def test_a_saved_folder_s_own_code_splits_too(loaded, tmp_path: Path) -> None:
-    """The splitter travels with the pipeline's code (remote code): a saved folder's Inference Endpoints handler
-    splits where only torch, transformers and sentencex are installed."""
-    model, tokenizer = loaded
-    model.save_pretrained(tmp_path / "saved")
-    tokenizer.save_pretrained(tmp_path / "saved")
-    assert (tmp_path / "saved" / "sentences_vaswani_transformer.py").is_file()
-    paragraph = f"{SENTENCES[0]}  {SENTENCES[1]}"
-    environment = {"HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PATH": ""}
-    completed = subprocess.run(
-        [sys.executable, "-c", HANDLER, str(tmp_path / "saved"), paragraph],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    greedy = {"num_beams": 1, "max_new_tokens": 8}  # in the precision the handler takes: this CPU's fastest
-    expected = translate(paragraph, model, tokenizer, split_sentences="en", **greedy)
-    assert json.loads(completed.stdout.splitlines()[-1]) == [{"translation_text": expected}]
