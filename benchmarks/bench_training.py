@@ -59,6 +59,7 @@ from vaswani_transformer.data import load_text_pair, tokenize_parallel
 from vaswani_transformer.data.tokenization import train_bpe
 from vaswani_transformer.modeling.modeling_vaswani_transformer import eager_attention_forward
 from vaswani_transformer.training import ADAM_BETAS, ADAM_EPSILON, build_trainer, paper_training_arguments
+from vaswani_transformer.training.fused_loss import use_fused_loss
 from vaswani_transformer.training.monitoring import TrainingProgress
 from vaswani_transformer.training.options import DEFAULTS
 from vaswani_transformer.training.precision import decide_precision
@@ -133,6 +134,7 @@ def step_runs(args: argparse.Namespace, dtype: torch.dtype) -> dict[str, tuple[t
     torch.manual_seed(0)
     config = VaswaniTransformerConfig.from_preset(args.preset, vocab_size=args.vocab_size)
     ours = VaswaniTransformerForConditionalGeneration(config)
+    use_fused_loss(ours)  # as the package's training does
     runs = {
         f"ours {dtype_name(dtype)}": (ours, dtype),
         "Marian float32": (marian_twin(config), torch.float32),

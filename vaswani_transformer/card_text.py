@@ -43,8 +43,8 @@ FOLDER_CODE_ROLES = {
     "fingerprint of the settings that change what the weights compute.",
     "modeling_vaswani_transformer.py": "The model in the paper's order: positions (§3.5), attention (§3.2), "
     "feed-forward (§3.3), post-norm layers (§3.1), the stacks with the tied, scaled embeddings (§3.4).",
-    "generation_vaswani_transformer.py": "§6.1 decoding: `generate()`'s output limit (input length + 50) and the "
-    "beam search with the GNMT length penalty, on transformers' documented `custom_generate`.",
+    "generation_vaswani_transformer.py": "§6.1 decoding: `generate()`'s default output limit and the beam search "
+    "with the configured length penalty, on transformers' documented `custom_generate`.",
     "loss_vaswani_transformer.py": "§5.4 label smoothing: the training loss per target token.",
     "fast_path_vaswani_transformer.py": "Speed machinery behind `config.fast_path` (faster CPU dropout draws, a "
     "bfloat16 residual stream under autocast); it changes no result.",

@@ -12,6 +12,7 @@ from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import TokenBudgetBatchSampler
 from vaswani_transformer.data.batching import MAX_COMPILED_SHAPES, BucketCollator, ShapeBuckets
 from vaswani_transformer.data.token_arrays import PaddedPairBatches, TokenizedPairs
+from vaswani_transformer.training.fused_loss import use_fused_loss
 
 PAD = 0
 
@@ -115,6 +116,7 @@ def test_padding_to_a_bucket_changes_neither_the_loss_nor_the_gradients(fused_lo
     assert padded["input_ids"].shape == (8, 16)
     torch.manual_seed(0)
     model = VaswaniTransformerForConditionalGeneration(tiny_config(fused_loss=fused_loss))  # no dropout
+    use_fused_loss(model)  # taken where config.fused_loss
     model.train()
     results = []
     for batch in (plain, padded):

@@ -22,7 +22,6 @@ from vaswani_transformer.decoding.cuda_graphs import compiled_steps
 from vaswani_transformer.modeling import (
     fast_path_vaswani_transformer,
     generation_vaswani_transformer,
-    loss_vaswani_transformer,
     modeling_vaswani_transformer,
 )
 from vaswani_transformer.modeling.fast_path_vaswani_transformer import cpu_dropout
@@ -31,6 +30,7 @@ from vaswani_transformer.modeling.modeling_vaswani_transformer import (
     CACHE_NAME,
     VaswaniTransformerSinusoidalPositionalEncoding,
 )
+from vaswani_transformer.training import fused_loss as fused_loss_module
 
 
 def paper_position_encoding(pos: int, channel: int, d_model: int) -> float:
@@ -594,6 +594,7 @@ def _loss_and_gradients(
     """Loss, every parameter's gradient and the logits of one training forward/backward of a seeded tiny model."""
     torch.manual_seed(0)
     model = VaswaniTransformerForConditionalGeneration(tiny_config(fused_loss=fused)).train()
+    fused_loss_module.use_fused_loss(model)  # taken where config.fused_loss
     if precision == "bf16 weights":
         model.to(torch.bfloat16)
     labels = torch.tensor([[20, 21, 22, 23, 3], [30, 31, 3, -100, -100]])
@@ -610,7 +611,7 @@ def test_fused_loss_gives_the_loss_and_gradients_of_the_logits_path(
     source_batch, precision, num_items_in_batch, monkeypatch
 ) -> None:
     # 4 target tokens per chunk: the 10 tokens make 3 chunks, the last one partial and all padding
-    monkeypatch.setitem(loss_vaswani_transformer.LOSS_CHUNK_ELEMENTS, "cpu", 4 * 64)
+    monkeypatch.setitem(fused_loss_module.LOSS_CHUNK_ELEMENTS, "cpu", 4 * 64)
     loss, gradients, logits = _loss_and_gradients(False, precision, num_items_in_batch, source_batch)
     fused_loss, fused_gradients, fused_logits = _loss_and_gradients(
         True, precision, num_items_in_batch, source_batch
@@ -683,7 +684,7 @@ def test_fused_loss_workspace_is_reused_and_gives_the_same_loss_and_gradients(pr
     """On a CPU the fused loss keeps its (chunk, vocabulary) buffers between calls: the second call reuses them
     (same memory), a smaller batch takes a slice of them, results equal those of fresh buffers bit for bit, and no
     returned gradient shares memory with the workspace (the next call must not change the last one's)."""
-    monkeypatch.setitem(loss_vaswani_transformer.LOSS_CHUNK_ELEMENTS, "cpu", 4 * 64)  # 4 tokens a chunk
+    monkeypatch.setitem(fused_loss_module.LOSS_CHUNK_ELEMENTS, "cpu", 4 * 64)  # 4 tokens a chunk
     generator = torch.Generator().manual_seed(0)
     weight = torch.randn(64, 16, generator=generator, requires_grad=True)
 
@@ -693,9 +694,7 @@ def test_fused_loss_workspace_is_reused_and_gives_the_same_loss_and_gradients(pr
         labels[-2:] = -100
         weight.grad = None
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16 autocast"):
-            loss = loss_vaswani_transformer.fused_label_smoothed_loss(
-                hidden, weight, labels, 0.1, None, workspace
-            )
+            loss = fused_loss_module.fused_label_smoothed_loss(hidden, weight, labels, 0.1, None, workspace)
         loss.backward()
         return loss.detach(), hidden.grad, weight.grad
 
@@ -716,6 +715,10 @@ def test_fused_loss_workspace_is_reused_and_gives_the_same_loss_and_gradients(pr
 def test_fused_loss_is_only_taken_when_training_with_gradients(source_batch) -> None:
     torch.manual_seed(0)
     model = VaswaniTransformerForConditionalGeneration(tiny_config())
+    assert (
+        model.train()(**source_batch, labels=torch.tensor([[20, 3]])).logits is not None
+    )  # none set: logits
+    fused_loss_module.use_fused_loss(model)
     labels = torch.tensor([[20, 21, 3], [30, 3, -100]])
     assert model.train()(**source_batch, labels=labels).logits is None
     with torch.no_grad():
