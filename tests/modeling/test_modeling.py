@@ -715,9 +715,8 @@ def test_fused_loss_workspace_is_reused_and_gives_the_same_loss_and_gradients(pr
 def test_fused_loss_is_only_taken_when_training_with_gradients(source_batch) -> None:
     torch.manual_seed(0)
     model = VaswaniTransformerForConditionalGeneration(tiny_config())
-    assert (
-        model.train()(**source_batch, labels=torch.tensor([[20, 3]])).logits is not None
-    )  # none set: logits
+    labels = torch.tensor([[20, 21, 3], [30, 3, -100]])
+    assert model.train()(**source_batch, labels=labels).logits is not None  # no fused loss set: the logits
     fused_loss_module.use_fused_loss(model)
     labels = torch.tensor([[20, 21, 3], [30, 3, -100]])
     assert model.train()(**source_batch, labels=labels).logits is None
