@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from ..modeling.pipeline_vaswani_transformer import VaswaniTranslationPipeline as FolderPipeline
+from ..precision import decoding_precision
 from .cuda_graphs import bucketed_generate, check_cuda_graphs
-from .precision import decoding_precision
 from .sentences import recorded_languages
 from .translation_inputs import check_languages
 

@@ -19,15 +19,13 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteria, StoppingCriteriaList
 
 from ..modeling.pipeline_vaswani_transformer import check_generate_arguments
+from ..precision import autocast_to, decoding_precision
+from . import BATCH_SIZE
 from .cuda_graphs import bucket, bucketed_generate, check_cuda_graphs
 from .memory import host_room
-from .precision import autocast_to, decoding_precision
 from .sentences import splitting_language, translate_by_sentences
 from .translation_inputs import cap_source_lengths, has_words
 
-# Sentences per decoding batch: beam search drops each sentence once its beams are final, so a larger batch costs
-# few idle rows and takes fewer steps per sentence (docs/decisions/decoding-batches.md).
-BATCH_SIZE = 128
 logger = logging.getLogger(__name__)
 
 

@@ -11,64 +11,37 @@ checkpoint averaging, and the end-to-end job (`train_and_evaluate`).
 - `job`: the job itself.
 """
 
-from .arguments import ADAM_BETAS, ADAM_EPSILON, paper_learning_rate, paper_training_arguments
-from .checkpoints import average_checkpoints, average_last
-from .checks import check_inputs
-from .job import TrainResult, train_and_evaluate
-from .job_data import (
-    Corpora,
-    CorpusError,
-    check_data_inputs,
-    data_cache_folder,
-    load_corpora,
-    prepare_training_data,
-)
-from .monitoring import TrainingCollapsed, TrainingDiverged, TrainingFailure
-from .options import DEFAULT_RECIPE, JsonDict, TrainOptions, option_names
-from .precision import (
-    MIXED_PRECISIONS,
-    RunPrecision,
-    auto_precision_reason,
-    bf16_available,
-    decide_precision,
-    run_precision,
-    training_device,
-)
-from .run_folder import RunFolderError, holding_run_folder
-from .trainer import TokenBudgetSeq2SeqTrainer, build_trainer
+import lazy_loader
 
-__all__ = [
-    "ADAM_BETAS",
-    "ADAM_EPSILON",
-    "DEFAULT_RECIPE",
-    "MIXED_PRECISIONS",
-    "Corpora",
-    "CorpusError",
-    "JsonDict",
-    "RunFolderError",
-    "RunPrecision",
-    "TokenBudgetSeq2SeqTrainer",
-    "TrainOptions",
-    "TrainResult",
-    "TrainingCollapsed",
-    "TrainingDiverged",
-    "TrainingFailure",
-    "auto_precision_reason",
-    "average_checkpoints",
-    "average_last",
-    "bf16_available",
-    "build_trainer",
-    "check_data_inputs",
-    "check_inputs",
-    "data_cache_folder",
-    "decide_precision",
-    "holding_run_folder",
-    "load_corpora",
-    "option_names",
-    "paper_learning_rate",
-    "paper_training_arguments",
-    "prepare_training_data",
-    "run_precision",
-    "train_and_evaluate",
-    "training_device",
-]
+# Each name is imported from its module on first use (PEP 562), so that importing one module of the package
+# does not import them all.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "arguments": ["ADAM_BETAS", "ADAM_EPSILON", "paper_learning_rate", "paper_training_arguments"],
+        "checkpoints": ["average_checkpoints", "average_last"],
+        "checks": ["check_inputs"],
+        "job": ["TrainResult", "train_and_evaluate"],
+        "job_data": [
+            "Corpora",
+            "CorpusError",
+            "check_data_inputs",
+            "data_cache_folder",
+            "load_corpora",
+            "prepare_training_data",
+        ],
+        "monitoring": ["TrainingCollapsed", "TrainingDiverged", "TrainingFailure"],
+        "options": ["DEFAULT_RECIPE", "JsonDict", "TrainOptions", "option_names"],
+        "run_precision": [
+            "MIXED_PRECISIONS",
+            "RunPrecision",
+            "auto_precision_reason",
+            "bf16_available",
+            "decide_precision",
+            "run_precision",
+            "training_device",
+        ],
+        "run_folder": ["RunFolderError", "holding_run_folder"],
+        "trainer": ["TokenBudgetSeq2SeqTrainer", "build_trainer"],
+    },
+)

@@ -23,8 +23,8 @@ from .checkpoints import drop_scores, whole_checkpoints, write_average
 from .job_data import Corpora
 from .monitoring import TrainingCollapsed, collapse_check_step, translation_symptom
 from .options import TrainOptions
-from .precision import RunPrecision
 from .run_folder import write_options
+from .run_precision import RunPrecision
 from .trainer import TokenBudgetSeq2SeqTrainer
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from ..data.token_arrays import TokenizedPairs, tokenize_pairs
 from ..files import write_failures_named
 from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
 from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
-from ..quiet_imports import no_transformers_progress_bars
+from ..quiet import no_transformers_progress_bars
 from .arguments import paper_training_arguments
 from .checkpoints import TRAINER_STATE_NAME
 from .checks import check_inputs
@@ -43,8 +43,8 @@ from .monitoring import (
     unigram_loss,
 )
 from .options import TrainOptions
-from .precision import precision_name, run_precision
 from .run_folder import delete_earlier_run, holding_run_folder, resume_point
+from .run_precision import precision_name, run_precision
 from .run_record import record_run
 from .trainer import TokenBudgetSeq2SeqTrainer, build_trainer
 

@@ -10,21 +10,29 @@ import copy
 import difflib
 import json
 import math
+import sys
 from dataclasses import Field, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from huggingface_hub.errors import StrictDataclassError
 
 from ..files import HASH_ALWAYS_BYTES
-from ..modeling.configuration_vaswani_transformer import PRESETS, VaswaniTransformerConfig
+from ..modeling.presets_vaswani_transformer import PRESETS
 from ..values import check_finite, check_length_penalty
-from .precision import MIXED_PRECISIONS
 from .recipes import available_recipes, cuda_settings, load_recipe, setting_defaults
+
+if TYPE_CHECKING:  # imported where used: the train command's options and --help build without torch
+    from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
 
 PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
 FINAL_MODELS = ("average", "best", "last")
+MIXED_PRECISIONS = (
+    "auto",
+    "no",
+    "fp16",
+    "bf16",
+)  # the Trainer's, and "auto": decided by the launcher or the machine
 MAX_VOCAB_SIZE = 1_000_000  # 27x the paper's 37,000; far larger asks the BPE trainer for memory it aborts on
 # Eq. (3) rises linearly for --warmup_steps W, so a run that ends at step M < W peaks at M/W of the schedule's peak.
 # Below 1/10,000 of it nothing trains (Adam moves a weight by about the learning rate per step); a trial of any
@@ -161,8 +169,8 @@ class TrainOptions:
     mixed_precision: Literal[MIXED_PRECISIONS] = _setting(  # type: ignore[valid-type]
         "mixed_precision",
         "auto: the launcher's (accelerate launch --mixed_precision), else bf16 autocast where the device computes "
-        "it faster (GPUs with bf16; CPUs with AVX512-BF16 or AMX whose bf16 products measure at least 1.5x "
-        "float32's), else fp32; decided once per run and kept by --resume (training_precision.json)",
+        "it faster (GPUs with bf16; CPUs with AMX, AMD CPUs with AVX512-BF16), else fp32; decided once per run "
+        "and kept by --resume (training_precision.json)",
     )
     torch_compile: bool = _setting(
         "torch_compile",
@@ -352,6 +360,8 @@ class TrainOptions:
     def _check_config_overrides(self) -> None:
         """--config_overrides names config keys (a typo is an error with a did-you-mean, never silently kept),
         and none that is a setting of its own (`OWN_SETTINGS`)."""
+        from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
+
         known = {option.name for option in fields(VaswaniTransformerConfig)}
         known |= set(VaswaniTransformerConfig.attribute_map)
         for key in self.config_overrides:
@@ -362,8 +372,10 @@ class TrainOptions:
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise ValueError(f"--config_overrides: {key!r} is not a key of the model's config.{hint}")
 
-    def model_config(self) -> VaswaniTransformerConfig:
+    def model_config(self) -> "VaswaniTransformerConfig":
         """The model's config: the preset with --dropout and --config_overrides (raises ValueError on bad values)."""
+        from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
+
         overrides = dict(self.config_overrides)
         if self.dropout is not None:
             overrides["dropout"] = self.dropout
@@ -417,9 +429,20 @@ def option_names() -> set[str]:
     return {option.name for option in fields(TrainOptions)}
 
 
+# A GPU driver's device files (NVIDIA's, AMD's for ROCm builds of torch): where none exists torch.cuda sees no GPU, and
+# asking torch would import it (seconds, for every --help).
+GPU_DRIVER_FILES = (Path("/dev/nvidiactl"), Path("/dev/kfd"))
+
+
 def applies_cuda_section(cuda_section: bool | None) -> bool:
     """Whether a recipe's cuda: section applies: as --cuda_section says, else when a CUDA GPU is present."""
-    return torch.cuda.is_available() if cuda_section is None else cuda_section
+    if cuda_section is not None:
+        return cuda_section
+    if sys.platform == "linux" and not any(path.exists() for path in GPU_DRIVER_FILES):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def cuda_section_note(options: TrainOptions) -> str | None:

@@ -2,9 +2,10 @@
 
 --mixed_precision names it ("no", "fp16", "bf16"), or "auto" leaves it to the launcher (`accelerate launch
 --mixed_precision`, which the Trainer reads from ACCELERATE_MIXED_PRECISION), else to this machine: bfloat16
-autocast where the training device computes it faster than float32 (docs/decisions/automatic-bf16.md). The main
-process decides and writes training_precision.json; the other processes of a distributed run, and `--resume`
-under "auto", read it, so that no process trains in another precision than the run began in.
+autocast where the training device computes it faster than float32, by the rule of `vaswani_transformer.precision`.
+The main process decides and writes training_precision.json; the other processes of a distributed run, and
+`--resume` under "auto", read it, so that no process trains in another precision than the run began in, also where
+a run moves to another machine.
 """
 
 import contextlib
@@ -18,13 +19,13 @@ from pathlib import Path
 import torch
 from transformers import Seq2SeqTrainingArguments
 
-from ..decoding.precision import bf16_is_faster, bf16_reason
 from ..files import write_text_atomically
+from ..precision import bf16_is_faster, bf16_reason
+from .options import MIXED_PRECISIONS
 from .run_folder import PRECISION_FILE, RunFolderError
 
 logger = logging.getLogger(__name__)
 
-MIXED_PRECISIONS = ("auto", "no", "fp16", "bf16")
 LAUNCHER_PRECISION = "ACCELERATE_MIXED_PRECISION"  # set by `accelerate launch`, read by the Trainer
 
 
@@ -37,7 +38,7 @@ def training_device() -> str:
 
 def bf16_available() -> bool:
     """Whether this machine trains faster in bfloat16: its training device computes it faster than float32 (a CUDA
-    GPU that supports it, or a CPU whose bfloat16 products measure clearly faster)."""
+    GPU that supports it, or a CPU the rule of `vaswani_transformer.precision` gives bfloat16)."""
     return bf16_is_faster(training_device())
 
 
@@ -86,11 +87,9 @@ def run_precision(
     in_turn: Callable[[str], contextlib.AbstractContextManager],
 ) -> RunPrecision:
     """The precision this run trains in, decided once by the main process and kept in the run folder
-    (PRECISION_FILE), where every process of a distributed run reads it and `--resume` under "auto" finds it.
-
-    "auto" measures the CPU, and where that figure varies between processes (a busy host), ranks or a resumed run
-    decided apart could train in another precision than the run began in. A precision named by flag or launcher
-    is kept too.
+    (PRECISION_FILE), where every process of a distributed run reads it and `--resume` under "auto" finds it
+    (a run resumed on another kind of machine keeps the precision it began in). A precision named by flag or
+    launcher is kept too.
     """
     record = folder / PRECISION_FILE
     with in_turn("deciding the training precision"):
