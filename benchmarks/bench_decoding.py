@@ -70,10 +70,10 @@ from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import read_text_lines
-from vaswani_transformer.decoding.precision import autocast_to
 from vaswani_transformer.decoding.translate import BATCH_SIZE, length_sorted_batches
 from vaswani_transformer.engines import EngineOptions, TorchEngine, load_engine
 from vaswani_transformer.evaluation import decoding_dtype, load_for_decoding, score_with_tokenizer
+from vaswani_transformer.precision import autocast_to
 
 
 def marian_copy(model: VaswaniTransformerForConditionalGeneration) -> PreTrainedModel:
@@ -490,7 +490,7 @@ def seconds_to_first_line(model: str, sources: list[str], lines: int, device: st
     """Seconds from starting `vaswani-translate MODEL` on `lines` lines of standard input (`sources` over and over)
     to its first translated line. A thread writes the input, as a pipe's writer would: the command reads it a
     buffer at a time."""
-    command = [sys.executable, "-m", "vaswani_transformer.cli.translate", model, "--device", device]
+    command = [sys.executable, "-m", "vaswani_transformer", "translate", model, "--device", device]
     text = "".join(f"{sources[i % len(sources)]}\n" for i in range(lines)).encode()
     start = time.perf_counter()
     process = subprocess.Popen(

@@ -62,7 +62,7 @@ from vaswani_transformer.training import ADAM_BETAS, ADAM_EPSILON, build_trainer
 from vaswani_transformer.training.fused_loss import use_fused_loss
 from vaswani_transformer.training.monitoring import TrainingProgress
 from vaswani_transformer.training.options import DEFAULTS
-from vaswani_transformer.training.precision import decide_precision
+from vaswani_transformer.training.run_precision import decide_precision
 
 # square matrix products in a turn of the peak runs (0.2 s in bfloat16 on 2 CPU cores)
 PEAK_PRODUCTS_PER_TURN = 10

@@ -12,7 +12,7 @@ from transformers import CompileConfig, MarianConfig, MarianMTModel
 
 from vaswani_transformer import VaswaniTransformerConfig
 from vaswani_transformer.decoding.cuda_graphs import cuda_graphs_compile_config
-from vaswani_transformer.decoding.precision import bf16_is_faster
+from vaswani_transformer.precision import bf16_is_faster
 
 
 def marian_twin(config: VaswaniTransformerConfig) -> MarianMTModel:

@@ -1,8 +1,6 @@
 """Alias of the `vaswani-average` command for a checkout: see `python scripts/average_checkpoints.py --help`."""
 
-import sys
-
-from vaswani_transformer_commands import average as main
+from vaswani_transformer.cli.command import average as main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

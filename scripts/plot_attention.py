@@ -1,8 +1,6 @@
 """Alias of the `vaswani-plot-attention` command for a checkout: see `python scripts/plot_attention.py --help`."""
 
-import sys
-
-from vaswani_transformer_commands import plot_attention as main
+from vaswani_transformer.cli.command import plot_attention as main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,8 +1,6 @@
 """Alias of the `vaswani-train` command for a checkout: see `python scripts/train.py --help`."""
 
-import sys
-
-from vaswani_transformer_commands import train as main
+from vaswani_transformer.cli.command import train as main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -83,9 +83,9 @@ def script_commands() -> dict[str, str]:
     aliases = {}
     for script in sorted((REPO / "scripts").glob("*.py")):
         (entry,) = re.findall(
-            r"^from vaswani_transformer_commands import (\w+) as main$", script.read_text(), re.M
+            r"^from vaswani_transformer\.cli\.command import (\w+) as main$", script.read_text(), re.M
         )
-        aliases[f"scripts/{script.name}"] = by_target[f"vaswani_transformer_commands:{entry}"]
+        aliases[f"scripts/{script.name}"] = by_target[f"vaswani_transformer.cli.command:{entry}"]
     return aliases
 
 

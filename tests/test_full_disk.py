@@ -279,7 +279,7 @@ def test_translations_onto_a_full_disk_name_the_file_behind_standard_output(
     /dev/full refuses every write as a full disk does (ENOSPC)."""
     sources = tmp_path / "input.en"
     sources.write_text("I love you.\nWhere is the train station?\n", encoding="utf-8")
-    command = [sys.executable, "-m", "vaswani_transformer.cli.translate", str(trained_run.model_dir)]
+    command = [sys.executable, "-m", "vaswani_transformer", "translate", str(trained_run.model_dir)]
     with open("/dev/full", "w") as full:
         done = subprocess.run(
             [*command, str(sources), "--num_beams", "1"],

@@ -98,7 +98,7 @@ def test_the_decoding_budget_respects_the_address_space_limit(tmp_path: Path, le
     if machine is None or machine.bytes < 6 * GiB:
         pytest.skip("the machine has less than 6 GiB free: its free memory, not the limit, would refuse")
     completed = subprocess.run(
-        [sys.executable, "-m", "vaswani_transformer.cli.translate", str(tmp_path / "model")]
+        [sys.executable, "-m", "vaswani_transformer", "translate", str(tmp_path / "model")]
         + ["--device", "cpu", "--num_beams", str(beams)],
         input="a b c\n",
         capture_output=True,

@@ -35,8 +35,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     for name in ("pyproject.toml", "README.md", "model_card.md"):
         shutil.copy2(REPO / name, source / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    for package in ("vaswani_transformer", "vaswani_transformer_commands"):
-        shutil.copytree(REPO / package, source / package, symlinks=True, ignore=ignore)
+    shutil.copytree(
+        REPO / "vaswani_transformer", source / "vaswani_transformer", symlinks=True, ignore=ignore
+    )
     dist = tmp_path_factory.mktemp("dist")
     build = [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q"]
     subprocess.run([*build, "-w", str(dist)], check=True, capture_output=True, timeout=300)
@@ -53,7 +54,7 @@ def test_wheel_ships_the_model_card_template_and_the_remote_code(wheel: zipfile.
         assert f"vaswani_transformer/modeling/{module.name}" in names
     assert {
         "vaswani_transformer/hub.py",
-        "vaswani_transformer_commands/__init__.py",  # the console commands' entry points
+        "vaswani_transformer/cli/command.py",  # the console commands' entry points
         "vaswani_transformer/training/recipes/defaults.yaml",
         "vaswani_transformer/training/recipes/tatoeba.yaml",
         "vaswani_transformer/data/embedded/tatoeba_en_de/deu.txt.gz",

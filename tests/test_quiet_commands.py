@@ -45,7 +45,7 @@ def run_command(name: str, *arguments: str, text: str = "") -> subprocess.Comple
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    script = f"import sys, vaswani_transformer_commands as c; sys.exit(c.{name}())"
+    script = f"import sys, vaswani_transformer.cli.command as c; sys.exit(c.{name}())"
     return subprocess.run(
         [sys.executable, "-c", script, *arguments],
         input=text,

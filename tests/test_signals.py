@@ -1,4 +1,4 @@
-"""How a console command ends when it is stopped from outside (vaswani_transformer_commands): one line and 130
+"""How a console command ends when it is stopped from outside (vaswani_transformer.cli.command): one line and 130
 for Ctrl-C, 143 for SIGTERM, a quiet 141 when its reader goes away; never a traceback, from its first instruction
 (while it imports torch and transformers) to its last."""
 
@@ -125,8 +125,8 @@ DURING_THE_IMPORTS = {
 def test_a_signal_while_a_command_imports_ends_it_with_one_line(
     tmp_path: Path, point: str, sent: signal.Signals, status: int, said: str, letter_tokenizer
 ) -> None:
-    """Before the console commands went through vaswani_transformer_commands, Ctrl-C while they imported torch
-    or transformers printed a KeyboardInterrupt traceback, and SIGTERM killed them without a word."""
+    """Ctrl-C or SIGTERM while the command imports torch or transformers: one line, no KeyboardInterrupt
+    traceback, the signal's status."""
     torch_model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=30))
     torch_model.save_pretrained(tmp_path / "model")
     letter_tokenizer.save_pretrained(tmp_path / "model")

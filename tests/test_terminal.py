@@ -31,7 +31,8 @@ def test_a_line_typed_at_a_terminal_is_translated_as_soon_as_it_ends(random_fold
     command = [
         sys.executable,
         "-m",
-        "vaswani_transformer.cli.translate",
+        "vaswani_transformer",
+        "translate",
         str(random_folder),
         "--num_beams",
         "1",

@@ -74,14 +74,14 @@ def ran(folder: Path) -> bool:
 
 
 def module_with_y(module: str, *arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`python -m vaswani_transformer.cli.MODULE ARGUMENTS` with "y" and a sentence on standard input."""
+    """`python -m vaswani_transformer COMMAND ARGUMENTS` with "y" and a sentence on standard input."""
     environment = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         "HF_MODULES_CACHE": str(cwd / "modules"),  # where transformers would copy the folder's code
     }
     return subprocess.run(
-        [sys.executable, "-m", f"vaswani_transformer.cli.{module}", *arguments],
+        [sys.executable, "-m", "vaswani_transformer", module, *arguments],
         input=f"y\n{TEXT}\n",
         capture_output=True,
         text=True,
@@ -106,8 +106,8 @@ COMMANDS = {
         "--engine",
         "ctranslate2",
     ],
-    "export ctranslate2": lambda folder: ["export", str(folder), str(folder.parent / "out")],
-    "export onnx": lambda folder: ["export_onnx", str(folder), str(folder.parent / "out")],
+    "export ctranslate2": lambda folder: ["export-ctranslate2", str(folder), str(folder.parent / "out")],
+    "export onnx": lambda folder: ["export-onnx", str(folder), str(folder.parent / "out")],
     "push local_dir": lambda folder: [
         "push",
         str(folder),
@@ -117,7 +117,7 @@ COMMANDS = {
         str(folder.parent / "out"),
     ],
     "plot attention": lambda folder: [
-        "plot_attention",
+        "plot-attention",
         str(folder),
         TEXT,
         "--output_dir",

@@ -1,35 +1,25 @@
-"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a Hugging Face model."""
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a Hugging Face model.
 
-from .quiet_imports import quiet_import_warnings
+`import vaswani_transformer` is instant: it imports neither torch nor transformers. Each name below is imported when
+first used (PEP 562), and taking any of them registers the model with transformers' Auto classes and its pipeline
+registry (`register_auto_classes`), as does calling that function yourself (docs/decisions/lazy-import.md).
+"""
 
-with quiet_import_warnings():  # transformers imports torchao where it is installed (the int8 extra)
-    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
-    from transformers.pipelines import PIPELINE_REGISTRY
+import importlib
+from typing import TYPE_CHECKING
 
-from .decoding.pipeline import VaswaniTranslationPipeline
-from .decoding.translate import translate
-from .modeling.configuration_vaswani_transformer import PIPELINE_TASK, PRESETS, VaswaniTransformerConfig
-from .modeling.modeling_vaswani_transformer import (
-    VaswaniTransformerForConditionalGeneration,
-    VaswaniTransformerModel,
-    VaswaniTransformerPreTrainedModel,
-)
-
-AutoConfig.register(VaswaniTransformerConfig.model_type, VaswaniTransformerConfig, exist_ok=True)
-AutoModel.register(VaswaniTransformerConfig, VaswaniTransformerModel, exist_ok=True)
-AutoModelForSeq2SeqLM.register(
-    VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration, exist_ok=True
-)
-# save_pretrained then writes `auto_map` and copies the model's files, so that
-# AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True) works without this package installed.
-VaswaniTransformerConfig.register_for_auto_class()
-VaswaniTransformerModel.register_for_auto_class("AutoModel")
-VaswaniTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
-# pipeline("vaswani-translation", model=...): transformers v5 has no translation pipeline of its own.
-if PIPELINE_TASK not in PIPELINE_REGISTRY.get_supported_tasks():
-    PIPELINE_REGISTRY.register_pipeline(
-        PIPELINE_TASK, pipeline_class=VaswaniTranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
-    )
+# Each public name and the module that defines it.
+_EXPORTS = {
+    "PIPELINE_TASK": ".modeling.configuration_vaswani_transformer",
+    "PRESETS": ".modeling.configuration_vaswani_transformer",
+    "VaswaniTransformerConfig": ".modeling.configuration_vaswani_transformer",
+    "VaswaniTransformerForConditionalGeneration": ".modeling.modeling_vaswani_transformer",
+    "VaswaniTransformerModel": ".modeling.modeling_vaswani_transformer",
+    "VaswaniTransformerPreTrainedModel": ".modeling.modeling_vaswani_transformer",
+    "VaswaniTranslationPipeline": ".decoding.pipeline",
+    "register_auto_classes": ".auto",
+    "translate": ".decoding.translate",
+}
 
 __all__ = [
     "PIPELINE_TASK",
@@ -39,5 +29,31 @@ __all__ = [
     "VaswaniTransformerModel",
     "VaswaniTransformerPreTrainedModel",
     "VaswaniTranslationPipeline",
+    "register_auto_classes",
     "translate",
 ]
+
+if TYPE_CHECKING:
+    from .auto import register_auto_classes
+    from .decoding.pipeline import VaswaniTranslationPipeline
+    from .decoding.translate import translate
+    from .modeling.configuration_vaswani_transformer import PIPELINE_TASK, PRESETS, VaswaniTransformerConfig
+    from .modeling.modeling_vaswani_transformer import (
+        VaswaniTransformerForConditionalGeneration,
+        VaswaniTransformerModel,
+        VaswaniTransformerPreTrainedModel,
+    )
+
+
+def __getattr__(name: str) -> object:
+    """The public `name`, imported on first use, once the model is registered with transformers."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    importlib.import_module(".auto", __name__).register_auto_classes()
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value  # later uses find it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

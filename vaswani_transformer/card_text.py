@@ -39,8 +39,9 @@ def _repository_url() -> str | None:
 
 # What each file a saved folder carries does, in the card's words (`saving_vaswani_transformer.FOLDER_CODE`)
 FOLDER_CODE_ROLES = {
-    "configuration_vaswani_transformer.py": "The hyper-parameters (§3, Table 3's presets) and their checks; the "
+    "configuration_vaswani_transformer.py": "The hyper-parameters (§3) and their checks; the "
     "fingerprint of the settings that change what the weights compute.",
+    "presets_vaswani_transformer.py": "Table 3's named model sizes, and two CPU sizes (plain data).",
     "modeling_vaswani_transformer.py": "The model in the paper's order: positions (§3.5), attention (§3.2), "
     "feed-forward (§3.3), post-norm layers (§3.1), the stacks with the tied, scaled embeddings (§3.4).",
     "generation_vaswani_transformer.py": "§6.1 decoding: `generate()`'s default output limit and the beam search "

@@ -1,17 +1,30 @@
-"""What concerns no user of this package, held back: import warnings while the imports that print them run, and
-transformers' progress bars while this package writes folders or trains."""
+"""What concerns no user of this package, held back: import warnings while the imports that print them run,
+transformers' progress bars while this package writes folders or trains, and every library's warnings while a
+command runs (unless --verbose)."""
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Iterator
+
+# The libraries whose log lines a command holds back below errors (torchao's "Failed to load ..._C_mxfp8", torch's
+# _pytree deprecations, torch.onnx's "torchvision is not installed. Skipping torchvision::nms", transformers' notes)
+QUIET_LOGGERS = (
+    "transformers",
+    "huggingface_hub",
+    "accelerate",
+    "torch",
+    "torchao",
+    "datasets",
+    "onnxscript",
+)
 
 
 @contextlib.contextmanager
-def quiet_import_warnings() -> Iterator[None]:
-    """torchao's import warns about CUDA kernel libraries a CPU build cannot load (and torch about its enum
-    registrations); neither concerns CPU int8, so they are held back while it imports: here, and where this
-    package imports transformers, which imports torchao whenever it is installed."""
-    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+def loggers_below_error_held(names: tuple[str, ...]) -> Iterator[None]:
+    """The named loggers' lines below ERROR held back for the block; each logger's level as it was afterwards,
+    unless the library set one of its own meanwhile (torch does, on import)."""
+    loggers = [logging.getLogger(name) for name in names]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.ERROR)
@@ -19,7 +32,15 @@ def quiet_import_warnings() -> Iterator[None]:
         yield
     finally:
         for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
+            if logger.level == logging.ERROR:
+                logger.setLevel(level)
+
+
+def quiet_import_warnings() -> contextlib.AbstractContextManager[None]:
+    """torchao's import warns about CUDA kernel libraries a CPU build cannot load (and torch about its enum
+    registrations); neither concerns CPU int8, so they are held back while it imports: here, and where this
+    package imports transformers, which imports torchao whenever it is installed."""
+    return loggers_below_error_held(("torchao", "torch.utils._pytree"))
 
 
 @contextlib.contextmanager
@@ -38,3 +59,15 @@ def no_transformers_progress_bars() -> Iterator[None]:
     finally:
         if enabled:
             transformers_logging.enable_progress_bar()
+
+
+@contextlib.contextmanager
+def quiet_libraries(verbose: bool = False) -> Iterator[None]:
+    """The libraries' warnings (Python's and their loggers' below ERROR, `QUIET_LOGGERS`) held back for the block,
+    unless `verbose`; this package's own warnings still show. Levels and filters are as they were afterwards."""
+    if verbose:
+        yield
+        return
+    with loggers_below_error_held(QUIET_LOGGERS), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=r"(?!vaswani_transformer)")
+        yield

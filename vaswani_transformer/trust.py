@@ -10,7 +10,7 @@ flag (docs/errors.md, "Code in a model folder").
 
 This package's own saved folders carry an `auto_map` in config.json naming their copies of the model's code, for
 users without the package: transformers takes those classes from the package, which registers them for its
-`model_type` (vaswani_transformer/__init__.py), never from the folder, so these entries ask for nothing.
+`model_type` (`vaswani_transformer.register_auto_classes`), never from the folder, so these entries ask for nothing.
 """
 
 from pathlib import Path
@@ -27,7 +27,6 @@ from transformers.utils import (
 )
 
 from .files import is_local_path, read_json
-from .modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
 
 TRUST_FLAG = "--trust_remote_code"
 TRUST_HELP = (
@@ -53,6 +52,8 @@ COPY_AGAIN = "copy the model folder anew from where it came, or save it again (s
 def code_references(file_name: str, content: Any) -> list[str]:
     """The `auto_map` entries of a loaded JSON file that would run code of the folder ("AutoTokenizer:
     evil.EvilTok"); empty when it asks for none."""
+    from .modeling.configuration_vaswani_transformer import VaswaniTransformerConfig  # torch: not for --help
+
     auto_map = content.get("auto_map") if isinstance(content, dict) else None
     if auto_map is None:
         return []

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from tests.conftest import SENTENCES, save_random_model
+from vaswani_transformer import precision as precision
 from vaswani_transformer.cli import evaluate as evaluate_cli
 from vaswani_transformer.cli import translate as translate_cli
-from vaswani_transformer.decoding import precision as precision
 from vaswani_transformer.engines import EngineOptions, load_engine
 from vaswani_transformer.engines import ctranslate2 as export
 from vaswani_transformer.engines import load as engine_loading

@@ -14,8 +14,8 @@ import torch
 from transformers import pipeline
 
 from tests.conftest import save_random_model
+from vaswani_transformer import precision as precision
 from vaswani_transformer.cli import translate as translate_cli
-from vaswani_transformer.decoding import precision as precision
 from vaswani_transformer.decoding.translate import (
     DecodingBudgetError,
     decoding_workers,

@@ -59,7 +59,7 @@ def free_port() -> int:
 
 
 def serve_command(model: Path, port: int, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "vaswani_transformer.cli.serve", str(model), "--port", str(port), *flags]
+    return [sys.executable, "-m", "vaswani_transformer", "serve", str(model), "--port", str(port), *flags]
 
 
 @dataclass

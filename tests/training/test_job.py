@@ -17,15 +17,15 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainingAr
 
 from tests.conftest import TINY, tatoeba_files
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from vaswani_transformer import precision as precision
 from vaswani_transformer.data import TokenBudgetBatchSampler, load_parallel, tokenize_parallel
 from vaswani_transformer.data.prepared import content_digest
-from vaswani_transformer.decoding import precision as precision
-from vaswani_transformer.decoding.precision import cpu_bf16_decodes_faster
+from vaswani_transformer.precision import cpu_bf16_decodes_faster
 from vaswani_transformer.training import TrainOptions, check_inputs, final_model, job_data, train_and_evaluate
 from vaswani_transformer.training.monitoring import TrainingCollapsed
 from vaswani_transformer.training.options import MAY_CHANGE_ON_RESUME, option_names
-from vaswani_transformer.training.precision import RunPrecision, precision_name, run_precision
 from vaswani_transformer.training.run_folder import LOCK_FILE, PRECISION_FILE, RunFolderError
+from vaswani_transformer.training.run_precision import RunPrecision, precision_name, run_precision
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -237,7 +237,7 @@ def test_a_resumed_run_continues_as_recorded_and_a_finished_one_trains_no_furthe
 RANKS_MEASURE_APART = r"""
 import os, sys
 from vaswani_transformer.cli.train import main
-from vaswani_transformer.decoding import precision as precision
+from vaswani_transformer import precision as precision
 from vaswani_transformer.training import job
 
 rank = os.environ["RANK"]
@@ -476,7 +476,7 @@ KILLED_DURING_SAVE = r"""
 import os, signal, sys
 import torch
 from vaswani_transformer.cli.train import main
-from vaswani_transformer.decoding import precision as precision
+from vaswani_transformer import precision as precision
 
 real_save = torch.save
 

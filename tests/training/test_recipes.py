@@ -8,6 +8,7 @@ import torch
 
 from vaswani_transformer.cli.train import main, parse_options
 from vaswani_transformer.training import TrainOptions, option_names
+from vaswani_transformer.training import options as options_module
 from vaswani_transformer.training.options import cuda_section_note, option_groups
 from vaswani_transformer.training.recipes import available_recipes, load_recipe, setting_defaults
 from vaswani_transformer.training.run_folder import write_options
@@ -87,11 +88,18 @@ def test_the_cuda_section_is_applied_visibly_and_recorded(cuda_section: bool, tm
     assert json.loads((tmp_path / "train_options.json").read_text())["cuda_section"] is cuda_section
 
 
-def test_the_cuda_section_follows_the_gpu_when_not_named(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cuda_section_follows_the_gpu_when_not_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(options_module, "GPU_DRIVER_FILES", (tmp_path,))  # a driver: torch is asked
     for present in (False, True):
         monkeypatch.setattr(torch.cuda, "is_available", lambda present=present: present)
         assert parse_options([]).cuda_section is present
         assert TrainOptions.from_recipe("tatoeba").cuda_section is present
+    # no GPU driver's device files: no GPU, and torch is not asked
+    monkeypatch.setattr(options_module, "GPU_DRIVER_FILES", (tmp_path / "no-driver",))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: pytest.fail("asked torch without a GPU driver"))
+    assert parse_options([]).cuda_section is False
 
 
 def test_flags_override_the_recipe_and_take_dashes_or_underscores() -> None:

@@ -13,13 +13,13 @@ from transformers import GenerationConfig, TrainingArguments
 
 from tests.conftest import paper_arguments, tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
+from vaswani_transformer import precision as precision
 from vaswani_transformer.data import TokenBudgetBatchSampler, tokenize_parallel
 from vaswani_transformer.data.batching import MAX_COMPILED_SHAPES
 from vaswani_transformer.data.token_arrays import PaddedPairBatches, already_collated
-from vaswani_transformer.decoding import precision as precision
 from vaswani_transformer.training import build_trainer, paper_learning_rate
 from vaswani_transformer.training.monitoring import dev_metrics
-from vaswani_transformer.training.precision import decide_precision
+from vaswani_transformer.training.run_precision import decide_precision
 
 
 def paper_lrate(step: int, d_model: int, warmup: int) -> float:

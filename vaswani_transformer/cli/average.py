@@ -19,9 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..files import check_apart, check_writable
-from ..training.checkpoints import average_last
-from ..training.run_folder import OPTIONS_FILE
-from .command import add_verbose_option, command
+from .command import add_verbose_option
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -50,6 +48,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def check_output(run_dir: Path, output_dir: Path) -> None:
     """The average goes apart from what it reads (the run's checkpoints and vocabulary; inside the run is
     documented), and never into a model folder the training job wrote (ValueError)."""
+    from ..training.run_folder import OPTIONS_FILE
+
     inputs = {"the run folder": run_dir, "the run's vocabulary": run_dir / "tokenizer"}
     inputs |= {f"the run's {path.name}": path for path in sorted(run_dir.glob("*checkpoint-*"))}
     check_apart("--output", output_dir, inputs, may_lie_inside={"the run folder"})
@@ -61,11 +61,12 @@ def check_output(run_dir: Path, output_dir: Path) -> None:
         )
 
 
-@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Average the checkpoints and print where the averaged model was written; returns the exit status (2: bad
     arguments or a folder that cannot be read or written, with a message)."""
     args = parse_args(argv)
+    from ..training.checkpoints import average_last
+
     output_dir = args.output if args.output is not None else args.run_dir / "averaged"
     try:
         check_output(args.run_dir, output_dir)
@@ -75,7 +76,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,8 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..convert import convert_fairseq, convert_fsmt
-from .command import add_verbose_option, command
+from .command import add_verbose_option
 
 OVERWRITE_HELP = (
     "write into a non-empty OUT: the converted files replace those of the same name, other files stay"
@@ -50,10 +49,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Convert and print the output folder; exit status 2 for a refused model or folder."""
     args = parse_args(argv)
+    from ..convert import convert_fairseq, convert_fsmt
+
     try:
         if args.source == "fsmt":  # each checks OUT apart from its input before reading it
             output = convert_fsmt(args.model, args.out, overwrite=args.overwrite)
@@ -64,7 +64,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(output)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

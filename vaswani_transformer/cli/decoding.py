@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..decoding.translate import BATCH_SIZE
+from ..decoding import BATCH_SIZE
 from ..engines.options import DTYPES, ENGINES, QUANTIZATIONS, EngineOptions, check_engine_options
 from ..files import HASH_ALWAYS_BYTES
 from ..trust import TRUST_FLAG, TRUST_HELP
@@ -28,8 +28,9 @@ QUANTIZE_HELP = (
 )
 DTYPE_HELP = (
     "auto (default): on a GPU, bfloat16 weights where it supports them; on a CPU, float32 weights that "
-    "PyTorch computes in bfloat16 autocast where the CPU multiplies bfloat16 faster (AVX512-BF16 or AMX, "
-    "measured at least 1.5x float32, and the model's own layer at least 1.1x), else in float32. float32 keeps float32 throughout; bfloat16 or float16 loads the weights so. With "
+    "PyTorch computes in bfloat16 autocast where the CPU computes bfloat16 faster (AMX for models at least 256 "
+    "wide, AMD CPUs with AVX512-BF16), else in float32. float32 keeps float32 throughout; bfloat16 or float16 "
+    "loads the weights so. With "
     "--quantize int8 and --engine torch: auto or float32, for what is not int8. With --engine ctranslate2: "
     "its compute type (auto: float32 on a CPU, bfloat16 on a GPU; with int8: int8 or int8_DTYPE)"
 )

@@ -36,17 +36,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..data.corpora import read_text_lines
-from ..engines.load import load_engine
 from ..engines.options import EngineOptions
-from ..evaluation.scoring import evaluate_model, evaluation_prefix, scores_file
 from ..files import check_input_file
-from .command import command
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
 
 def read_lines(path: Path | None) -> list[str] | None:
     """Lines of a UTF-8 text file, split at "\\n" only (None for no file)."""
+    from ..data.corpora import read_text_lines
+
     return None if path is None else read_text_lines(path)
 
 
@@ -94,6 +92,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
                 check_input_file(path)
         except OSError as error:
             parser.error(str(error))
+    from ..evaluation.scoring import evaluation_prefix
+
     try:
         prefix = evaluation_prefix(args.name)
     except ValueError as error:
@@ -113,6 +113,9 @@ def evaluate(
 ) -> dict:
     """Refuse to replace earlier scores (before loading), load the engine, and evaluate_model with the
     command's scoring, decoding and output options."""
+    from ..engines.load import load_engine
+    from ..evaluation.scoring import evaluate_model, scores_file
+
     scores_file(args.model_dir, args.name, overwrite=args.overwrite)
     return evaluate_model(
         load_engine(args.model_dir, options),
@@ -130,7 +133,6 @@ def evaluate(
     )
 
 
-@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Decode, score, and print the scores; returns the exit status (2: bad arguments, a missing model, or it
     would replace earlier scores)."""
@@ -158,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def summary(scores: dict, args: argparse.Namespace) -> str:
     """The scores for a reader: sacreBLEU with its signature, tokenised BLEU with the references it used, and
     where the files went."""
+    from ..evaluation.scoring import evaluation_prefix
+
     tokenised_against = (
         f"against {args.references_tokenized}"
         if args.references_tokenized is not None
@@ -171,7 +175,3 @@ def summary(scores: dict, args: argparse.Namespace) -> str:
             f"{prefix}hypotheses.txt and {prefix}scores.json written to {args.model_dir}",
         ]
     )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,7 +23,7 @@ from pathlib import Path
 from ..engines.ctranslate2 import MAX_EXPORT_POSITIONS, WEIGHT_TYPES, check_max_positions, to_ctranslate2
 from ..files import check_apart, is_local_path
 from ..trust import TRUST_FLAG, TRUST_HELP
-from .command import add_verbose_option, command
+from .command import add_verbose_option
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -63,7 +63,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Export and print the output folder; exit status 2 for a refused output folder or model."""
     args = parse_args(argv)
@@ -83,7 +82,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(output)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

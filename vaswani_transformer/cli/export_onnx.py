@@ -20,10 +20,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..engines.onnx_export import to_onnx
 from ..files import check_apart, is_local_path
 from ..trust import TRUST_FLAG, TRUST_HELP
-from .command import add_verbose_option, command
+from .command import add_verbose_option
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -46,10 +45,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Export and print the output folder; exit status 2 for a refused output folder or model."""
     args = parse_args(argv)
+    from ..engines.onnx_export import to_onnx
+
     model_folder = args.model if is_local_path(args.model) else None  # a Hub id: the Hub's cache
     try:
         check_apart("OUTPUT_DIR", args.output_dir, {"the model folder": model_folder})
@@ -61,7 +61,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(output)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

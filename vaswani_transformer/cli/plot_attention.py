@@ -16,11 +16,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..evaluation.loading import load_for_decoding
 from ..files import WriteError, check_apart, check_writable, is_local_path, write_failures_named
-from ..plotting import attention_maps, plot_attention
 from ..trust import TRUST_FLAG, TRUST_HELP
-from .command import add_verbose_option, command
+from .command import add_verbose_option
 
 FILE_NAMES = {
     "cross": "cross_attention_layer{}.png",
@@ -56,10 +54,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Translate, record attention, draw; returns the exit status."""
     args = parse_args(argv)
+    from ..evaluation.loading import load_for_decoding
+    from ..plotting import attention_maps, plot_attention
+
     model_folder = args.model if is_local_path(args.model) else None  # a Hub id: the Hub's cache
     try:  # pictures beside the model folder, never among its files
         check_apart(
@@ -98,7 +98,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,13 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..files import WriteError, check_writable
-from ..plotting import (
-    MAX_ENCODING_VALUES,
-    check_figure_file,
-    check_positional_encoding_size,
-    plot_positional_encoding,
-)
-from .command import add_verbose_option, command
+from .command import add_verbose_option
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -32,7 +26,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--length",
         type=int,
         default=100,
-        help=f"number of positions (--length × --d_model at most {MAX_ENCODING_VALUES:,})",
+        help="number of positions (--length × --d_model values at most: the picture is 960 × 480 pixels; a "
+        "larger table is refused, naming the limit)",
     )
     parser.add_argument(
         "--output",
@@ -46,6 +41,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--d_model must be even and at least 2, got {args.d_model}")
     if args.length < 1:
         parser.error(f"--length must be at least 1, got {args.length}")
+    from ..plotting import check_figure_file, check_positional_encoding_size  # matplotlib: not for --help
+
     try:
         check_positional_encoding_size(args.d_model, args.length)
     except ValueError as error:
@@ -61,10 +58,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Draw and print where the figure was written; returns the exit status."""
     args = parse_args(argv)
+    from ..plotting import plot_positional_encoding
+
     try:
         check_writable(args.output, "--output")
         print(f"wrote {plot_positional_encoding(args.d_model, args.length, args.output, choose='--output')}")
@@ -72,7 +70,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,17 +18,20 @@ import sys
 from collections.abc import Sequence
 
 from ..files import WriteError
-from ..training.job_data import check_data_inputs, data_cache_folder, load_corpora, prepare_training_data
-from .command import command
 from .train import parse_options
 
 
-@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, read, prepare, say where; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         options = parse_options(argv, prog="vaswani-prepare", description=__doc__)
+    except (ValueError, FileNotFoundError, WriteError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    from ..training.job_data import check_data_inputs, data_cache_folder, load_corpora, prepare_training_data
+
+    try:
         check_data_inputs(options)
         corpora = load_corpora(options)
         tokenizer, tokenized, stats = prepare_training_data(options, corpora.train, for_run=False)
@@ -39,7 +42,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"prepared in {data_cache_folder(options)}: joint BPE of {len(tokenizer):,} tokens; {stats.summary()}"
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

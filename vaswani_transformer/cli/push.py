@@ -25,8 +25,7 @@ from pathlib import Path
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..files import check_apart
-from ..hub import push_to_hub, write_hub_folder
-from .command import add_verbose_option, command
+from .command import add_verbose_option
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -55,10 +54,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Write the Hub folder or push it; returns the exit status (2 for a bad folder or arguments)."""
     args = parse_args(argv)
+    from ..hub import push_to_hub, write_hub_folder
+
     try:
         if args.local_dir is not None:
             check_apart("--local_dir", args.local_dir, {"the model folder": args.model_dir})
@@ -78,7 +78,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

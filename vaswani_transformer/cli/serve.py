@@ -34,10 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..decoding.sentences import recorded_languages
-from ..engines.load import load_engine
-from ..serving import ServerLimits, ServeSettings, create_app, read_api_keys, run_server
+from ..serving.limits import ServerLimits, read_api_keys
+from ..serving.settings import ServeSettings
 from ..values import finite_float
-from .command import command
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
 DEFAULTS = ServerLimits()
@@ -174,10 +173,13 @@ def language_pair(args: argparse.Namespace) -> tuple[str, str]:
     return source, target
 
 
-@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Load the model (exit 2 if it does not load), then serve until a signal; 0 after a graceful end."""
     args, settings = parse_args(argv)
+    from ..engines.load import load_engine
+    from ..serving.app import create_app
+    from ..serving.server import run_server
+
     try:
         source, target = language_pair(args)
         engine = load_engine(args.model, args.engine_options)
@@ -189,7 +191,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = create_app(engine, settings, model_name=str(args.model))
     run_server(app, args.host, args.port, args.shutdown_timeout, args.log_level)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,7 +9,7 @@ recipe runs: a model on the embedded Tatoeba English-German corpus, sized for a 
     vaswani-train --recipe multi30k --data_dir DIR  # ... from DIR/multi30k, DIR/multi30k-tok
     vaswani-train --recipe multi30k --preset base --lr_scale 0.72 --output_dir runs/m30k-base
     vaswani-train --push_to_hub you/tatoeba-en-de --report_to tensorboard   # share, live curves
-    accelerate launch --multi_gpu --num_processes 8 -m vaswani_transformer.cli.train --recipe wmt14-base  # 8 GPUs
+    accelerate launch --multi_gpu --num_processes 8 -m vaswani_transformer train --recipe wmt14-base  # 8 GPUs
 
 Exit status: 0 on success, 2 for bad options or inputs (found before any training), 3 when training diverged or
 collapsed (the message says what to change; nothing is scored), 4 when --push_to_hub failed (the model is
@@ -30,11 +30,6 @@ from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
 from ..files import CacheError, WriteError
-from ..training.checkpoints import whole_checkpoints
-from ..training.checks import check_inputs
-from ..training.job import train_and_evaluate
-from ..training.job_data import CorpusError
-from ..training.monitoring import TrainingFailure
 from ..training.options import (
     DEFAULT_RECIPE,
     TrainOptions,
@@ -45,8 +40,7 @@ from ..training.options import (
     recorded_settings,
 )
 from ..training.recipes import available_recipes, load_recipe
-from ..training.run_folder import OPTIONS_FILE, RunFolderError, read_run_record
-from .command import Interrupted, add_verbose_option, command
+from .command import Interrupted, add_verbose_option
 
 WRITE_FAILED = 5  # the exit status of a run that a full disk or read-only folder stopped
 
@@ -101,6 +95,8 @@ def parse_options(
     recipe = load_recipe(name, allowed=option_names(), cuda=cuda)
     parser.set_defaults(**recipe, recipe=name, cuda_section=cuda)
     (options,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
+    from ..training.run_folder import read_run_record
+
     record = read_run_record(options.output_dir) if options.resume else None
     if record is not None and _same_source(known, cuda, record):
         parser.set_defaults(**recorded_settings(record))
@@ -155,19 +151,35 @@ def _report(result) -> None:
 
 def _how_to_continue(output_dir: Path) -> str:
     """Where --resume would continue a run that a failed write stopped."""
+    from ..training.checkpoints import whole_checkpoints
+
     checkpoints = whole_checkpoints(output_dir, for_resume=True)[0] if output_dir.is_dir() else []
     start = f"from {checkpoints[-1]}" if checkpoints else "from the start (no checkpoint was saved whole)"
     return f"Once there is room, the same command with --resume continues the run {start}."
 
 
-@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, train, evaluate, report; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         options = parse_options(argv)
+    except (ValueError, FileNotFoundError, WriteError) as error:  # bad options: nothing has run yet
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return train(options)
+
+
+def train(options: TrainOptions) -> int:
+    """Check the inputs, train, evaluate, report; returns the exit status."""
+    from ..training.checks import check_inputs
+    from ..training.job import train_and_evaluate
+    from ..training.job_data import CorpusError
+    from ..training.monitoring import TrainingFailure
+    from ..training.run_folder import OPTIONS_FILE, RunFolderError
+
+    try:
         check_inputs(options)
-    except (ValueError, FileNotFoundError, WriteError) as error:  # bad options or inputs: nothing has run yet
+    except (ValueError, FileNotFoundError, WriteError) as error:  # bad inputs: nothing has run yet
         print(f"error: {error}", file=sys.stderr)
         return 2
     logger = logging.getLogger(__name__)
@@ -195,7 +207,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     _report(result)
     return 4 if options.push_to_hub is not None and result.hub_url is None else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -34,13 +34,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing
 from pathlib import Path
 
-from ..data.corpora import split_lines, stream_text_lines
 from ..decoding.sentences import check_splitter, recorded_languages
-from ..engines.load import load_engine
 from ..engines.options import EngineOptions
 from ..evaluation.streaming import BUFFER_BATCHES, default_buffer_lines, translate_in_buffers
 from ..files import WriteError, check_input_file, describe_write_failure, machine_write_failure
-from .command import command, parse_intermixed_args
+from .command import parse_intermixed_args
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
 
@@ -86,6 +84,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
 def input_lines(files: Sequence[Path]) -> Iterator[str]:
     """The lines of `files`, one file after another, or of standard input, each read only when it is wanted;
     read as bytes, so that a line that is not UTF-8 is a ValueError naming it."""
+    from ..data.corpora import split_lines, stream_text_lines  # datasets: not for --help
+
     for path in files:
         with path.open("rb") as stream:
             yield from stream_text_lines(stream, str(path))
@@ -150,11 +150,12 @@ def written_before(count: int) -> str:
     return f" The translations of the first {count:,} line(s) were written before it." if count else ""
 
 
-@command
 def main(argv: Sequence[str] | None = None) -> int:
     """Read, translate, write, a buffer at a time; returns the exit status (2 for bad arguments or input, or a
     missing model)."""
     args, options = parse_args(argv)
+    from ..engines.load import load_engine
+
     try:
         # files are read through before the model loads, so that bad input fails at once and progress has a total
         total = sum(1 for _ in input_lines(args.files)) if args.files else None
@@ -189,7 +190,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}{written_before(written)}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,13 @@
 """Published weights of the paper's architecture as model folders of this package: fairseq's released Transformer
 checkpoints (`convert_fairseq`) and transformers' FSMT models (`convert_fsmt`), converted exactly (issue 52)."""
 
-from .fsmt import convert_fairseq, convert_fsmt
+import lazy_loader
 
-__all__ = ["convert_fairseq", "convert_fsmt"]
+# Each name is imported from its module on first use (PEP 562), so that importing one module of the package
+# does not import them all.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "fsmt": ["convert_fairseq", "convert_fsmt"],
+    },
+)

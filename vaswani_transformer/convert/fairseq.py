@@ -23,7 +23,7 @@ import torch
 from transformers import FSMTConfig, FSMTForConditionalGeneration, FSMTTokenizer
 
 from ..files import check_apart, folder_written_whole
-from ..quiet_imports import no_transformers_progress_bars
+from ..quiet import no_transformers_progress_bars
 from .fairseq_options import (
     CANNOT_HOLD,
     check_architecture,

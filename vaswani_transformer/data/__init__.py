@@ -7,58 +7,39 @@
 - `batching`: token-budget batches of sentences of similar length.
 """
 
-from .batching import TokenBudgetBatchSampler
-from .corpora import (
-    PAIR_FEATURES,
-    TATOEBA_DIR,
-    TATOEBA_FILE,
-    TSV_SUFFIXES,
-    LoadStats,
-    decode_text,
-    load_hub,
-    load_parallel,
-    load_tatoeba,
-    load_text_pair,
-    load_tsv,
-    read_text_lines,
-    split_lines,
-    train_test_split_fixed,
-    translation_to_parallel,
-)
-from .token_arrays import (
-    TOKENIZED_FEATURES,
-    FilterStats,
-    TokenizedPairs,
-    dropped_pairs,
-    tokenize_pairs,
-    tokenize_parallel,
-)
-from .tokenization import load_tokenizer, lowercases, train_bpe
+import lazy_loader
 
-__all__ = [
-    "PAIR_FEATURES",
-    "TATOEBA_DIR",
-    "TATOEBA_FILE",
-    "TOKENIZED_FEATURES",
-    "TSV_SUFFIXES",
-    "FilterStats",
-    "LoadStats",
-    "TokenBudgetBatchSampler",
-    "TokenizedPairs",
-    "decode_text",
-    "dropped_pairs",
-    "load_hub",
-    "load_parallel",
-    "load_tatoeba",
-    "load_text_pair",
-    "load_tokenizer",
-    "load_tsv",
-    "lowercases",
-    "read_text_lines",
-    "split_lines",
-    "tokenize_pairs",
-    "tokenize_parallel",
-    "train_bpe",
-    "train_test_split_fixed",
-    "translation_to_parallel",
-]
+# Each name is imported from its module on first use (PEP 562), so that importing one module of the package
+# does not import them all.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "batching": ["TokenBudgetBatchSampler"],
+        "corpora": [
+            "LoadStats",
+            "PAIR_FEATURES",
+            "TATOEBA_DIR",
+            "TATOEBA_FILE",
+            "TSV_SUFFIXES",
+            "decode_text",
+            "load_hub",
+            "load_parallel",
+            "load_tatoeba",
+            "load_text_pair",
+            "load_tsv",
+            "read_text_lines",
+            "split_lines",
+            "train_test_split_fixed",
+            "translation_to_parallel",
+        ],
+        "token_arrays": [
+            "FilterStats",
+            "TOKENIZED_FEATURES",
+            "TokenizedPairs",
+            "dropped_pairs",
+            "tokenize_pairs",
+            "tokenize_parallel",
+        ],
+        "tokenization": ["load_tokenizer", "lowercases", "train_bpe"],
+    },
+)

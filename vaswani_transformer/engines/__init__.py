@@ -15,55 +15,34 @@ All translate in length-sorted batches, return one translation per input in inpu
 alike; `translate_in_buffers` (`evaluation.streaming`) streams lines through any of them, a buffer at a time. `load_engine` (`load`) checks the options before loading anything (`options.check_engine_options`).
 """
 
-from ..evaluation.streaming import translate_in_buffers, translate_lines
-from .ctranslate2 import (
-    CTRANSLATE2_EXTRA,
-    CTranslate2Engine,
-    CTranslate2Translator,
-    cached_export,
-    to_ctranslate2,
-)
-from .load import Engine, load_engine
-from .onnx_export import ONNX_EXTRA, cached_onnx_export, to_onnx
-from .onnx_runtime import load_onnx_model
-from .options import (
-    DTYPES,
-    ENGINES,
-    QUANTIZATIONS,
-    EngineOptions,
-    check_engine_options,
-    ctranslate2_compute_type,
-    ctranslate2_device,
-    torch_device,
-)
-from .quantization import INT8_EXTRA, quantize_int8
-from .torch_engine import OnnxRuntimeEngine, TorchEngine, decoding_settings
+import lazy_loader
 
-__all__ = [
-    "CTRANSLATE2_EXTRA",
-    "DTYPES",
-    "ENGINES",
-    "INT8_EXTRA",
-    "ONNX_EXTRA",
-    "QUANTIZATIONS",
-    "CTranslate2Engine",
-    "CTranslate2Translator",
-    "Engine",
-    "EngineOptions",
-    "OnnxRuntimeEngine",
-    "TorchEngine",
-    "cached_export",
-    "cached_onnx_export",
-    "check_engine_options",
-    "ctranslate2_compute_type",
-    "ctranslate2_device",
-    "decoding_settings",
-    "load_engine",
-    "load_onnx_model",
-    "quantize_int8",
-    "to_ctranslate2",
-    "to_onnx",
-    "torch_device",
-    "translate_in_buffers",
-    "translate_lines",
-]
+# Each name is imported from its module on first use (PEP 562), so that importing one module of the package
+# does not import them all.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "ctranslate2": [
+            "CTRANSLATE2_EXTRA",
+            "CTranslate2Engine",
+            "CTranslate2Translator",
+            "cached_export",
+            "to_ctranslate2",
+        ],
+        "load": ["Engine", "load_engine"],
+        "onnx_export": ["ONNX_EXTRA", "cached_onnx_export", "to_onnx"],
+        "onnx_runtime": ["load_onnx_model"],
+        "options": [
+            "DTYPES",
+            "ENGINES",
+            "EngineOptions",
+            "QUANTIZATIONS",
+            "check_engine_options",
+            "ctranslate2_compute_type",
+            "ctranslate2_device",
+            "torch_device",
+        ],
+        "quantization": ["INT8_EXTRA", "quantize_int8"],
+        "torch_engine": ["OnnxRuntimeEngine", "TorchEngine", "decoding_settings"],
+    },
+)

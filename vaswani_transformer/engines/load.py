@@ -10,7 +10,6 @@ from .ctranslate2 import CTranslate2Engine, CTranslate2Translator, cached_export
 from .onnx_export import cached_onnx_export
 from .onnx_runtime import load_onnx_model
 from .options import (
-    DTYPES,
     EngineOptions,
     check_engine_options,
     ctranslate2_compute_type,
@@ -36,7 +35,7 @@ def load_engine(model: str | Path, options: EngineOptions | None = None) -> Engi
         folder = cached_onnx_export(model, options.onnx_cache, options.verify_cache, trust_remote_code=trust)
         return OnnxRuntimeEngine(*load_onnx_model(folder, trust_remote_code=trust))
     device = torch_device(options.device)
-    explicit = DTYPES.get(options.dtype)
+    explicit = None if options.dtype == "auto" else getattr(torch, options.dtype)
     if options.quantize == "int8":
         loaded, tokenizer = load_for_decoding(
             model, device="cpu", dtype=torch.float32, trust_remote_code=options.trust_remote_code

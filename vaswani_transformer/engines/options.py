@@ -1,22 +1,19 @@
 """How to decode: the engine, quantization, dtype and device the commands name (`EngineOptions`), checked before
-anything is loaded, with the fix named."""
+anything is loaded, with the fix named.
+
+It imports torch and the engines' modules only where a check needs them, so that the commands' options and --help
+build without them."""
 
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from ..files import check_cache_folder
-from .ctranslate2 import CTRANSLATE2_EXTRA
-from .ctranslate2_cuda import cublas_12_problem
-from .onnx_export import ONNX_EXTRA
-from .quantization import INT8_EXTRA
 
 ENGINES = ("torch", "onnxruntime", "ctranslate2")
 QUANTIZATIONS = ("none", "int8")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = ("float32", "bfloat16", "float16")  # torch dtypes, by name
 
 
 @dataclass(frozen=True)
@@ -95,6 +92,8 @@ def check_device(device: str, cuda_count: int, *, mps: bool = False) -> None:
 
 
 def _check_torch_options(options: EngineOptions) -> None:
+    import torch
+
     check_device(options.device, torch.cuda.device_count(), mps=torch.backends.mps.is_available())
     device = torch_device(options.device)
     if options.cuda_graphs:
@@ -112,6 +111,8 @@ def _check_torch_options(options: EngineOptions) -> None:
             "in bfloat16 autocast where the CPU has it) or --dtype float32."
         )
     if importlib.util.find_spec("torchao") is None:
+        from .quantization import INT8_EXTRA
+
         raise ValueError(f"--quantize int8 with --engine torch needs torchao: {INT8_EXTRA}.")
 
 
@@ -141,13 +142,19 @@ def _check_onnxruntime_options(options: EngineOptions) -> None:
         name for name in ("onnxruntime", "onnxscript", "onnx") if importlib.util.find_spec(name) is None
     ]
     if missing:
+        from .onnx_export import ONNX_EXTRA
+
         raise ValueError(f"--engine onnxruntime needs {', '.join(missing)}: {ONNX_EXTRA}.")
 
 
 def _check_ctranslate2_options(options: EngineOptions) -> None:
     if importlib.util.find_spec("ctranslate2") is None:
+        from .ctranslate2 import CTRANSLATE2_EXTRA
+
         raise ValueError(f"--engine ctranslate2 needs CTranslate2: {CTRANSLATE2_EXTRA}.")
     import ctranslate2
+
+    from .ctranslate2_cuda import cublas_12_problem
 
     _check_ctranslate2_sees_the_gpu(options.device, ctranslate2.get_cuda_device_count())
     check_device(options.device, ctranslate2.get_cuda_device_count())  # what CTranslate2 sees, no mps
@@ -166,6 +173,8 @@ def _check_ctranslate2_options(options: EngineOptions) -> None:
 def _check_ctranslate2_sees_the_gpu(device: str, ctranslate2_count: int) -> None:
     """--device cuda where PyTorch sees a GPU but CTranslate2 none: its wheels run CUDA 12 code, which needs a
     driver of CUDA 12 or newer (check_device would say the machine has no GPU)."""
+    import torch
+
     torch_count = torch.cuda.device_count()
     if device.startswith("cuda") and not ctranslate2_count and torch_count:
         raise ValueError(
@@ -178,6 +187,8 @@ def _check_ctranslate2_sees_the_gpu(device: str, ctranslate2_count: int) -> None
 def torch_device(device: str) -> str:
     """--device for PyTorch: "auto" is cuda when there is a GPU, else cpu."""
     if device == "auto":
+        import torch
+
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from ..quiet_imports import quiet_import_warnings
+from ..quiet import quiet_import_warnings
 
 INT8_EXTRA = "pip install 'vaswani_transformer[int8]' (or torchao)"
 INT8_DESCRIPTION = (

@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..decoding.precision import decoding_precision
 from ..decoding.translate import translate
 from ..modeling.generation_vaswani_transformer import generation_setting
+from ..precision import decoding_precision
 from .quantization import INT8_DESCRIPTION, int8_linear_layers
 
 

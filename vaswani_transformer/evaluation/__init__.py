@@ -1,34 +1,30 @@
 """Evaluation: loading a saved model for decoding, BLEU (sacreBLEU and tokenised BLEU), and scoring a model's
 translations into files beside it."""
 
-from .bleu import moses_tokenize, sacre_bleu, tokenized_bleu
-from .loading import check_model_name, check_saved_files, check_vocabulary, decoding_dtype, load_for_decoding
-from .scoring import (
-    Engine,
-    evaluate_model,
-    evaluation_prefix,
-    score_translations,
-    score_with_tokenizer,
-    scores_file,
-    translate_and_score,
-    write_scores,
-)
+import lazy_loader
 
-__all__ = [
-    "Engine",
-    "check_model_name",
-    "check_saved_files",
-    "check_vocabulary",
-    "decoding_dtype",
-    "evaluate_model",
-    "evaluation_prefix",
-    "load_for_decoding",
-    "moses_tokenize",
-    "sacre_bleu",
-    "score_translations",
-    "score_with_tokenizer",
-    "scores_file",
-    "tokenized_bleu",
-    "translate_and_score",
-    "write_scores",
-]
+# Each name is imported from its module on first use (PEP 562), so that importing one module of the package
+# does not import them all.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "bleu": ["moses_tokenize", "sacre_bleu", "tokenized_bleu"],
+        "loading": [
+            "check_model_name",
+            "check_saved_files",
+            "check_vocabulary",
+            "decoding_dtype",
+            "load_for_decoding",
+        ],
+        "scoring": [
+            "Engine",
+            "evaluate_model",
+            "evaluation_prefix",
+            "score_translations",
+            "score_with_tokenizer",
+            "scores_file",
+            "translate_and_score",
+            "write_scores",
+        ],
+    },
+)

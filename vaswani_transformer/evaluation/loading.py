@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..auto import register_auto_classes
 from ..files import is_local_path, read_json
 from ..trust import check_remote_code, load_failure
 from .verification import SAVE_AGAIN, verify_model_folder, weight_files, weight_shapes
@@ -84,6 +85,7 @@ def load_for_decoding(
         check_saved_files(Path(name))
         verify_model_folder(Path(name))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    register_auto_classes()  # this package's classes for its folders: none of a folder's code runs
     try:
         model = AutoModelForSeq2SeqLM.from_pretrained(
             name, dtype=dtype or decoding_dtype(device), trust_remote_code=trust_remote_code

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
+from ..decoding import BATCH_SIZE
 from ..decoding.sentences import translate_by_sentences
-from ..decoding.translate import BATCH_SIZE
 
 # Batches per buffer by default: enough for the length sort to find similar lengths and for two decoding workers
 # (a CPU's) to stay busy, few enough that memory stays small. The first buffer is one batch, so that the first

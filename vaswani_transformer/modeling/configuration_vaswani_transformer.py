@@ -1,7 +1,7 @@
 """Configuration of the Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
 
 The defaults *are* the paper's base model (Table 3, row "base"); `from_preset` gives the other rows. The root of
-the remote-code tier (docs/architecture.md): every file of this folder imports it, and it imports none of them.
+the remote-code tier (docs/architecture.md): every file of this folder imports it, and it imports only the presets.
 """
 
 import hashlib
@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
+
+from .presets_vaswani_transformer import PRESETS
 
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 # "interleaved": the paper's sin, cos, sin, cos … (§3.5); "halves": fairseq's and tensor2tensor's sines, then cosines.
@@ -41,26 +43,6 @@ SHAPE_FREE_SETTINGS = (
     "decoder_start_token_id",
 )
 FINGERPRINT_KEY = "architecture_fingerprint"
-
-# Named rows of the paper's Table 3 (all other values are the base model's).
-PRESETS: dict[str, dict[str, Any]] = {
-    "base": {},
-    "big": {"d_model": 1024, "d_ff": 4096, "num_heads": 16, "dropout": 0.3},
-    # Row (A): vary the number of heads at constant computation (d_k = d_v = d_model / h).
-    "base-h1": {"num_heads": 1},
-    "base-h4": {"num_heads": 4},
-    "base-h16": {"num_heads": 16},
-    "base-h32": {"num_heads": 32},
-    # Row (B): smaller attention key size.
-    "base-dk16": {"d_k": 16},
-    "base-dk32": {"d_k": 32},
-    # Row (E): learned positional embeddings instead of sinusoids.
-    "base-learned-positions": {"position_embedding_type": "learned"},
-    # Not in the paper: CPU-sized models. `tiny` is the size of the published text-only Multi30k baseline
-    # (Wu et al., ACL 2021); `small` sits between it and base.
-    "tiny": {"d_model": 128, "d_ff": 256, "num_heads": 4, "num_encoder_layers": 4, "num_decoder_layers": 4},
-    "small": {"d_model": 256, "d_ff": 1024, "num_heads": 4, "num_encoder_layers": 3, "num_decoder_layers": 3},
-}
 
 
 @strict
@@ -239,6 +221,8 @@ class VaswaniTransformerConfig(PreTrainedConfig):
         if self.position_offset < 0:
             raise ValueError(f"position_offset must be >= 0, got {self.position_offset}.")
 
+
+VaswaniTransformerConfig.register_for_auto_class()  # `auto_map` in every saved config.json
 
 __all__ = [
     "FINGERPRINT_KEY",

@@ -652,6 +652,11 @@ class VaswaniTransformerForConditionalGeneration(
         return Seq2SeqLMOutput(loss=loss, logits=logits, **passed_on)
 
 
+# save_pretrained writes `auto_map` and copies these files, so that a saved folder loads with
+# AutoModel / AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True) where this package is not installed
+VaswaniTransformerModel.register_for_auto_class("AutoModel")
+VaswaniTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+
 __all__ = [
     "VaswaniTransformerForConditionalGeneration",
     "VaswaniTransformerModel",

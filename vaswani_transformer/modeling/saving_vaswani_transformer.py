@@ -24,6 +24,7 @@ SHIPPED_BESIDE_THE_MODEL = (PIPELINE_FILE, HANDLER_FILE)
 # The model file and the files it imports, which transformers copies: with the two above, all the folder's code
 MODEL_CODE = (
     "configuration_vaswani_transformer.py",
+    "presets_vaswani_transformer.py",
     "modeling_vaswani_transformer.py",
     "generation_vaswani_transformer.py",
     "loss_vaswani_transformer.py",

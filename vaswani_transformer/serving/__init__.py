@@ -8,8 +8,16 @@ metrics and a graceful end (docs/serving.md).
   --split_sentences` and `translate(..., split_sentences=True)`.
 """
 
-from .app import ServeSettings, create_app
-from .limits import ServerLimits, read_api_keys
-from .server import run_server
+import lazy_loader
 
-__all__ = ["ServeSettings", "ServerLimits", "create_app", "read_api_keys", "run_server"]
+# Each name is imported from its module on first use (PEP 562), so that importing one module of the package
+# does not import them all.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "app": ["create_app"],
+        "settings": ["ServeSettings"],
+        "limits": ["ServerLimits", "read_api_keys"],
+        "server": ["run_server"],
+    },
+)

@@ -27,11 +27,12 @@ from ..decoding.translate import decoding_workers
 from ..engines.load import Engine
 from ..values import check_length_penalty
 from .batcher import Batcher, Options, QueueFull
-from .limits import ApiError, ApiKeys, RateLimiter, ServerLimits
+from .limits import ApiError, ApiKeys, RateLimiter
 from .metrics import ServerMetrics
 from .page import add_page
 from .parsing import NativeRequest, libretranslate_fields, native_request
 from .scores import sentence_scores
+from .settings import ServeSettings
 
 logger = logging.getLogger(__name__)
 ENDPOINTS = (
@@ -46,23 +47,6 @@ ENDPOINTS = (
 )
 WARM_UP = "Hello."
 ALWAYS_ANSWERED = ("/health", "/ready", "/metrics")  # also while the server drains
-
-
-@dataclass(frozen=True)
-class ServeSettings:
-    """How `vaswani-serve` serves a model: its language pair, decoding defaults, limits, batching and access."""
-
-    source: str
-    target: str
-    limits: ServerLimits = ServerLimits()
-    defaults: dict[str, Any] = field(default_factory=dict)  # the command line's decoding options
-    max_batch_tokens: int = 4096
-    max_batch_sentences: int = 128
-    max_wait: float = 0.005
-    decoding_workers: int | None = None  # batches decoding at once; None: `default_workers`
-    api_keys: dict[str, float | None] | None = None
-    requests_per_minute: float | None = None
-    cors_origins: tuple[str, ...] = ()
 
 
 @dataclass
