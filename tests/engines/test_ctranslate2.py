@@ -9,14 +9,10 @@ import torch
 from tests.conftest import SENTENCES, save_random_model, tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.cli import export as export_cli
+from vaswani_transformer.decoding.engine import Engine
 from vaswani_transformer.decoding.translate import translate
-from vaswani_transformer.engines.ctranslate2 import (
-    DECODING_FILE,
-    CTranslate2Engine,
-    CTranslate2Translator,
-    check_exportable,
-    to_ctranslate2,
-)
+from vaswani_transformer.engines.ctranslate2_engine import CTranslate2Engine, CTranslate2Translator
+from vaswani_transformer.engines.ctranslate2_export import DECODING_FILE, check_exportable, to_ctranslate2
 from vaswani_transformer.evaluation import load_for_decoding
 
 
@@ -99,7 +95,9 @@ def test_translator_and_engine_take_translates_decoding_names(
     expected = translate(SENTENCES, model, tokenizer, dtype=torch.float32, **settings)
     translator = CTranslate2Translator(random_ct2_dir)
     assert translator.translate(SENTENCES, **settings) == expected
-    assert CTranslate2Engine(translator).translate(SENTENCES, **settings) == expected
+    engine = CTranslate2Engine(translator)
+    assert isinstance(engine, Engine) and engine.name == "ctranslate2"
+    assert engine.translate(SENTENCES, **settings) == expected
     if "max_new_tokens" in settings:  # the limit cut the translations: the setting was used, not dropped
         assert expected != translate(SENTENCES, model, tokenizer, dtype=torch.float32, num_beams=1)
 

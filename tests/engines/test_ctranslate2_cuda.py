@@ -16,8 +16,9 @@ from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.cli import evaluate as evaluate_cli
 from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.engines import EngineOptions, ctranslate2_cuda, load_engine
-from vaswani_transformer.engines.ctranslate2 import CTranslate2Translator, to_ctranslate2
 from vaswani_transformer.engines.ctranslate2_cuda import CUBLAS_12, library_error
+from vaswani_transformer.engines.ctranslate2_engine import CTranslate2Translator
+from vaswani_transformer.engines.ctranslate2_export import to_ctranslate2
 
 # `.[dev]` installs it (so CI always has it); the lent GPU machine's image does not, and `pytest -m gpu` there
 # must still collect the other GPU tests

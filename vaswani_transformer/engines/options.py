@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 from ..files import check_cache_folder
-from .ctranslate2 import CTRANSLATE2_EXTRA
 from .ctranslate2_cuda import cublas_12_problem
+from .ctranslate2_export import CTRANSLATE2_EXTRA
 from .onnx_export import ONNX_EXTRA
 from .quantization import INT8_EXTRA
 
