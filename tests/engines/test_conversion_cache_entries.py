@@ -1,4 +1,4 @@
-"""The engines' caches prove their entries before reuse, and every export is all or nothing (issue 50): a cut
+"""The engines' caches prove their entries before reuse, and every export is all or nothing: a cut
 model.bin or decoder.onnx, a broken decoding.json or an empty tokenizer.json is found and converted anew with a
 warning naming the file; an export the machine refuses to write leaves no partial folder and names the path."""
 

@@ -70,7 +70,7 @@ def test_exported_model_gives_our_token_log_probabilities_and_greedy_translation
         assert not torch.equal(encoder.weight, decoder.weight)
 
 
-# Issue 59: the Python engines take translate()'s decoding names (num_beams=1 was a raw pybind TypeError here).
+# The Python engines take translate()'s decoding names (num_beams=1 was a raw pybind TypeError here).
 # Beam search agrees where no hypothesis ends early (random weights run to the limit): |Y|^α and GNMT's
 # ((5 + |Y|) / 6)^α then rank the beams alike.
 DECODING_SETTINGS = [

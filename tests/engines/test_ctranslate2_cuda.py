@@ -1,4 +1,4 @@
-"""CTranslate2 on CUDA (issue 53): its wheels load cuBLAS 12 by name at the first batch on a GPU; the package opens
+"""CTranslate2 on CUDA: its wheels load cuBLAS 12 by name at the first batch on a GPU; the package opens
 it from the nvidia-cublas-cu12 wheel itself, or refuses --engine ctranslate2 --device cuda before loading anything,
 naming the fix. On the CPU machine CTranslate2's GPU count is stood in for; the real thing is the gpu test."""
 

@@ -291,8 +291,8 @@ def test_evaluate_records_engine_quantization_and_precision(
 
 @pytest.mark.parametrize("name", ["../../escape", "/tmp/escape", "sub/dir", "..", " "])
 def test_evaluate_names_are_file_names_never_paths(trained_run, tmp_path, name, capsys) -> None:
-    """Issue 22: `--name ../../escape` wrote two levels above the model folder, `--name sub/dir` decoded everything
-    and then crashed. A name that is not a plain file-name part exits 2 before anything is loaded or written."""
+    """`--name ../../escape` must not write two levels above the model folder, nor `--name sub/dir` decode
+    everything and then crash: a name that is not a plain file-name part exits 2 before anything is loaded or written."""
     source, references = tmp_path / "test.en", tmp_path / "test.de"
     source.write_text("I love you.\n")
     references.write_text("Ich liebe dich.\n")
@@ -308,7 +308,7 @@ def test_evaluate_names_are_file_names_never_paths(trained_run, tmp_path, name, 
 def test_evaluate_prints_json_alone_with_json_and_says_which_references_it_tokenised(
     trained_run, tmp_path, capsys
 ) -> None:
-    """Issue 23, item 7: stdout mixed JSON and text; now text for a reader (saying whether tokenised BLEU used
+    """stdout is never JSON and text mixed: text for a reader (saying whether tokenised BLEU used
     the test set's own tokenised references), or with --json the scores file's object alone."""
     folder = tmp_path / "model"
     shutil.copytree(trained_run.model_dir, folder)
@@ -327,7 +327,8 @@ def test_evaluate_prints_json_alone_with_json_and_says_which_references_it_token
 
 
 def test_a_device_this_machine_lacks_is_named_with_what_it_has() -> None:
-    """Issue 50: --device mps or tpu raised a RuntimeError traceback once the model moved there."""
+    """--device mps or tpu is refused with the fix named, not a RuntimeError traceback once the model moved
+    there."""
     from vaswani_transformer.engines.options import check_device
 
     for device in ("auto", "cpu", "cuda", "cuda:0", "cuda:1"):

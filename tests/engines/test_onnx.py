@@ -91,7 +91,7 @@ def test_translate_over_the_graphs_equals_float32_pytorch(exported, pytorch) -> 
     "settings", [{"num_beams": 1, "max_new_tokens": 3}, {"num_beams": 3, "length_penalty": 1.0}], ids=str
 )
 def test_onnx_engine_takes_translates_decoding_names(exported, pytorch, settings) -> None:
-    """Issue 59: every engine's translate takes num_beams, length_penalty and max_new_tokens."""
+    """Every engine's translate takes num_beams, length_penalty and max_new_tokens."""
     expected = translate(SENTENCES, *pytorch, dtype=torch.float32, **settings)
     assert OnnxRuntimeEngine(*load_onnx_model(exported)).translate(SENTENCES, **settings) == expected
 
