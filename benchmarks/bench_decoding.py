@@ -253,8 +253,8 @@ def ctranslate2_twins(
     """Our model exported to CTranslate2 (token names t0 … tV-1), run with float and int8 weights."""
     import ctranslate2
 
-    from vaswani_transformer.engines.ctranslate2 import ctranslate2_spec
     from vaswani_transformer.engines.ctranslate2_cuda import cublas_12_problem
+    from vaswani_transformer.engines.ctranslate2_export import ctranslate2_spec
 
     if args.device != "cpu" and (
         problem := cublas_12_problem(args.device)

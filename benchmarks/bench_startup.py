@@ -28,12 +28,16 @@ def help_of(name: str) -> str:
 def seconds(code: str) -> float:
     """Wall time of a fresh interpreter running `code` (its output discarded)."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     return time.perf_counter() - start
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     runs = {PEER: PEER, PACKAGE: PACKAGE} | {f"vaswani-{name} --help": help_of(name) for name in COMMANDS}

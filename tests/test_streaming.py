@@ -1,4 +1,4 @@
-"""Streaming (issue 50): `vaswani-translate` writes each buffer's translations before it reads on, and the console
+"""Streaming: `vaswani-translate` writes each buffer's translations before it reads on, and the console
 commands end on Ctrl-C, SIGTERM and a closed pipe as vaswani_transformer/cli/command.py says, end to end: the real
 commands in subprocesses, stopped by real signals."""
 

@@ -1,4 +1,4 @@
-"""The engines' caches prove their entries before reuse, and every export is all or nothing (issue 50): a cut
+"""The engines' caches prove their entries before reuse, and every export is all or nothing: a cut
 model.bin or decoder.onnx, a broken decoding.json or an empty tokenizer.json is found and converted anew with a
 warning naming the file; an export the machine refuses to write leaves no partial folder and names the path."""
 
@@ -12,9 +12,10 @@ import pytest
 
 from tests.conftest import SENTENCES, save_random_model
 from vaswani_transformer import files
-from vaswani_transformer.engines import EngineOptions, load_engine
-from vaswani_transformer.engines import ctranslate2 as export
-from vaswani_transformer.engines.ctranslate2 import CTranslate2Translator, cached_export
+from vaswani_transformer.engines import EngineOptions, ctranslate2_cache, load_engine
+from vaswani_transformer.engines.ctranslate2_cache import cached_export
+from vaswani_transformer.engines.ctranslate2_engine import CTranslate2Translator
+from vaswani_transformer.engines.ctranslate2_export import to_ctranslate2
 from vaswani_transformer.engines.onnx_export import cached_onnx_export
 from vaswani_transformer.engines.onnx_runtime import load_onnx_model
 
@@ -44,11 +45,10 @@ def test_a_damaged_ctranslate2_conversion_is_converted_anew_naming_the_file(
     folder = cached_export(model_dir, cache_dir=cache)
     expected = CTranslate2Translator(folder).translate(SENTENCES)
     conversions: list[Path] = []
-    convert = export.to_ctranslate2
     monkeypatch.setattr(
-        export,
+        ctranslate2_cache,
         "to_ctranslate2",
-        lambda model, output, **kw: (conversions.append(output), convert(model, output, **kw))[1],
+        lambda model, output, **kw: (conversions.append(output), to_ctranslate2(model, output, **kw))[1],
     )
     assert (
         cached_export(model_dir, cache_dir=cache) == folder and conversions == []
@@ -80,7 +80,7 @@ def test_verify_cache_checks_the_content_of_large_files(model_dir, tmp_path, cap
 
 def test_a_damaged_export_folder_is_named_with_the_fix(model_dir, tmp_path) -> None:
     """An export made by hand (no cache to rebuild it) that was damaged afterwards: an error naming the file."""
-    folder = export.to_ctranslate2(model_dir, tmp_path / "ct2")
+    folder = to_ctranslate2(model_dir, tmp_path / "ct2")
     for name, damage in CTRANSLATE2_DAMAGES.items():
         whole = (folder / name).read_bytes()
         damage(folder / name)

@@ -9,14 +9,10 @@ import torch
 from tests.conftest import SENTENCES, save_random_model, tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.cli import export as export_cli
+from vaswani_transformer.decoding.engine import Engine
 from vaswani_transformer.decoding.translate import translate
-from vaswani_transformer.engines.ctranslate2 import (
-    DECODING_FILE,
-    CTranslate2Engine,
-    CTranslate2Translator,
-    check_exportable,
-    to_ctranslate2,
-)
+from vaswani_transformer.engines.ctranslate2_engine import CTranslate2Engine, CTranslate2Translator
+from vaswani_transformer.engines.ctranslate2_export import DECODING_FILE, check_exportable, to_ctranslate2
 from vaswani_transformer.evaluation import load_for_decoding
 
 
@@ -74,7 +70,7 @@ def test_exported_model_gives_our_token_log_probabilities_and_greedy_translation
         assert not torch.equal(encoder.weight, decoder.weight)
 
 
-# Issue 59: the Python engines take translate()'s decoding names (num_beams=1 was a raw pybind TypeError here).
+# The Python engines take translate()'s decoding names (num_beams=1 was a raw pybind TypeError here).
 # Beam search agrees where no hypothesis ends early (random weights run to the limit): |Y|^α and GNMT's
 # ((5 + |Y|) / 6)^α then rank the beams alike.
 DECODING_SETTINGS = [
@@ -99,7 +95,9 @@ def test_translator_and_engine_take_translates_decoding_names(
     expected = translate(SENTENCES, model, tokenizer, dtype=torch.float32, **settings)
     translator = CTranslate2Translator(random_ct2_dir)
     assert translator.translate(SENTENCES, **settings) == expected
-    assert CTranslate2Engine(translator).translate(SENTENCES, **settings) == expected
+    engine = CTranslate2Engine(translator)
+    assert isinstance(engine, Engine) and engine.name == "ctranslate2"
+    assert engine.translate(SENTENCES, **settings) == expected
     if "max_new_tokens" in settings:  # the limit cut the translations: the setting was used, not dropped
         assert expected != translate(SENTENCES, model, tokenizer, dtype=torch.float32, num_beams=1)
 

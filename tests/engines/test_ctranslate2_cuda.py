@@ -1,4 +1,4 @@
-"""CTranslate2 on CUDA (issue 53): its wheels load cuBLAS 12 by name at the first batch on a GPU; the package opens
+"""CTranslate2 on CUDA: its wheels load cuBLAS 12 by name at the first batch on a GPU; the package opens
 it from the nvidia-cublas-cu12 wheel itself, or refuses --engine ctranslate2 --device cuda before loading anything,
 naming the fix. On the CPU machine CTranslate2's GPU count is stood in for; the real thing is the gpu test."""
 
@@ -16,8 +16,9 @@ from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.cli import evaluate as evaluate_cli
 from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.engines import EngineOptions, ctranslate2_cuda, load_engine
-from vaswani_transformer.engines.ctranslate2 import CTranslate2Translator, to_ctranslate2
 from vaswani_transformer.engines.ctranslate2_cuda import CUBLAS_12, library_error
+from vaswani_transformer.engines.ctranslate2_engine import CTranslate2Translator
+from vaswani_transformer.engines.ctranslate2_export import to_ctranslate2
 
 # `.[dev]` installs it (so CI always has it); the lent GPU machine's image does not, and `pytest -m gpu` there
 # must still collect the other GPU tests

@@ -15,11 +15,13 @@ from tests.conftest import SENTENCES, save_random_model
 from vaswani_transformer import precision as precision
 from vaswani_transformer.cli import evaluate as evaluate_cli
 from vaswani_transformer.cli import translate as translate_cli
-from vaswani_transformer.engines import EngineOptions, load_engine
-from vaswani_transformer.engines import ctranslate2 as export
+from vaswani_transformer.decoding.engine import Engine
+from vaswani_transformer.engines import EngineOptions, ctranslate2_cache, load_engine
 from vaswani_transformer.engines import load as engine_loading
 from vaswani_transformer.engines.conversion_cache import CACHE_RECORD
-from vaswani_transformer.engines.ctranslate2 import CTranslate2Translator, cached_export, to_ctranslate2
+from vaswani_transformer.engines.ctranslate2_cache import cached_export
+from vaswani_transformer.engines.ctranslate2_engine import CTranslate2Translator
+from vaswani_transformer.engines.ctranslate2_export import DECODING_FILE, to_ctranslate2
 from vaswani_transformer.engines.quantization import int8_linear_layers, quantize_int8
 from vaswani_transformer.evaluation import load_for_decoding
 
@@ -35,13 +37,12 @@ def model_dir(trained_run, tmp_path_factory) -> Path:
 def conversions(monkeypatch) -> list[Path]:
     """The output folders of every CTranslate2 conversion made during the test."""
     made: list[Path] = []
-    convert = export.to_ctranslate2
 
     def counting(model, output_dir, **options):
         made.append(Path(output_dir))
-        return convert(model, output_dir, **options)
+        return to_ctranslate2(model, output_dir, **options)
 
-    monkeypatch.setattr(export, "to_ctranslate2", counting)
+    monkeypatch.setattr(ctranslate2_cache, "to_ctranslate2", counting)
     return made
 
 
@@ -107,7 +108,7 @@ def test_the_cache_converts_once_per_model_content_and_quantization(model_dir, t
     (changed / "generation_config.json").write_text(json.dumps({**generation, "num_beams": 2}))
     other = cached_export(changed, cache_dir=cache)
     assert other not in (first, int8) and len(conversions) == 3
-    assert json.loads((other / export.DECODING_FILE).read_text())["beam_size"] == 2
+    assert json.loads((other / DECODING_FILE).read_text())["beam_size"] == 2
     assert not [path for path in cache.iterdir() if path.name.startswith(".")]  # no staging folder left
     assert all(path.parent == cache and path.name.startswith(".") for path in conversions)  # hidden at first
 
@@ -123,7 +124,7 @@ def test_a_half_written_export_is_never_used(model_dir, tmp_path, conversions, m
         (Path(output_dir) / "model.bin").write_bytes(b"half")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(export, "to_ctranslate2", dies)
+    monkeypatch.setattr(ctranslate2_cache, "to_ctranslate2", dies)
     with pytest.raises(KeyboardInterrupt):
         cached_export(model_dir, cache_dir=cache)
     assert not folder.exists()
@@ -245,6 +246,7 @@ def test_dtype_float32_keeps_float32_throughout(trained_run, monkeypatch) -> Non
     auto = load_engine(model_dir, EngineOptions(device="cpu"))
     assert auto.decoding_settings()["dtype"] == "bfloat16 (autocast over float32 weights)"
     kept = load_engine(model_dir, EngineOptions(dtype="float32", device="cpu"))
+    assert isinstance(kept, Engine) and kept.name == "torch"
     assert kept.dtype == torch.float32 and kept.decoding_settings()["dtype"] == "float32"
     seen: list[torch.dtype] = []
     kept.model.lm_head.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
@@ -289,8 +291,8 @@ def test_evaluate_records_engine_quantization_and_precision(
 
 @pytest.mark.parametrize("name", ["../../escape", "/tmp/escape", "sub/dir", "..", " "])
 def test_evaluate_names_are_file_names_never_paths(trained_run, tmp_path, name, capsys) -> None:
-    """Issue 22: `--name ../../escape` wrote two levels above the model folder, `--name sub/dir` decoded everything
-    and then crashed. A name that is not a plain file-name part exits 2 before anything is loaded or written."""
+    """`--name ../../escape` must not write two levels above the model folder, nor `--name sub/dir` decode
+    everything and then crash: a name that is not a plain file-name part exits 2 before anything is loaded or written."""
     source, references = tmp_path / "test.en", tmp_path / "test.de"
     source.write_text("I love you.\n")
     references.write_text("Ich liebe dich.\n")
@@ -306,7 +308,7 @@ def test_evaluate_names_are_file_names_never_paths(trained_run, tmp_path, name, 
 def test_evaluate_prints_json_alone_with_json_and_says_which_references_it_tokenised(
     trained_run, tmp_path, capsys
 ) -> None:
-    """Issue 23, item 7: stdout mixed JSON and text; now text for a reader (saying whether tokenised BLEU used
+    """stdout is never JSON and text mixed: text for a reader (saying whether tokenised BLEU used
     the test set's own tokenised references), or with --json the scores file's object alone."""
     folder = tmp_path / "model"
     shutil.copytree(trained_run.model_dir, folder)
@@ -325,7 +327,8 @@ def test_evaluate_prints_json_alone_with_json_and_says_which_references_it_token
 
 
 def test_a_device_this_machine_lacks_is_named_with_what_it_has() -> None:
-    """Issue 50: --device mps or tpu raised a RuntimeError traceback once the model moved there."""
+    """--device mps or tpu is refused with the fix named, not a RuntimeError traceback once the model moved
+    there."""
     from vaswani_transformer.engines.options import check_device
 
     for device in ("auto", "cpu", "cuda", "cuda:0", "cuda:1"):
@@ -343,7 +346,7 @@ def test_a_device_this_machine_lacks_is_named_with_what_it_has() -> None:
 
 
 def test_export_positions_are_bounded_before_anything_loads() -> None:
-    from vaswani_transformer.engines.ctranslate2 import MAX_EXPORT_POSITIONS, check_max_positions
+    from vaswani_transformer.engines.options import MAX_EXPORT_POSITIONS, check_max_positions
 
     check_max_positions(1)
     check_max_positions(MAX_EXPORT_POSITIONS)

@@ -14,11 +14,11 @@ from tests.conftest import SENTENCES, save_random_model
 from vaswani_transformer.cli import export as export_cli
 from vaswani_transformer.cli import export_onnx as export_onnx_cli
 from vaswani_transformer.cli import translate as translate_cli
+from vaswani_transformer.decoding.engine import Engine
 from vaswani_transformer.decoding.translate import translate
 from vaswani_transformer.engines import EngineOptions, load_engine, onnx_export
 from vaswani_transformer.engines.onnx_export import GRAPHS, cached_onnx_export, to_onnx
-from vaswani_transformer.engines.onnx_runtime import load_onnx_model
-from vaswani_transformer.engines.torch_engine import OnnxRuntimeEngine
+from vaswani_transformer.engines.onnx_runtime import OnnxRuntimeEngine, load_onnx_model
 from vaswani_transformer.evaluation import load_for_decoding
 
 pytestmark = pytest.mark.slow  # every test exports a model to ONNX (dynamo): seconds each
@@ -91,7 +91,7 @@ def test_translate_over_the_graphs_equals_float32_pytorch(exported, pytorch) -> 
     "settings", [{"num_beams": 1, "max_new_tokens": 3}, {"num_beams": 3, "length_penalty": 1.0}], ids=str
 )
 def test_onnx_engine_takes_translates_decoding_names(exported, pytorch, settings) -> None:
-    """Issue 59: every engine's translate takes num_beams, length_penalty and max_new_tokens."""
+    """Every engine's translate takes num_beams, length_penalty and max_new_tokens."""
     expected = translate(SENTENCES, *pytorch, dtype=torch.float32, **settings)
     assert OnnxRuntimeEngine(*load_onnx_model(exported)).translate(SENTENCES, **settings) == expected
 
@@ -144,6 +144,7 @@ def test_export_command_refuses_a_folder_in_use_and_changes_nothing(model_dir, t
 
 def test_onnx_engine_records_itself_and_float32_for_scores_json(model_dir, tmp_path) -> None:
     engine = load_engine(model_dir, EngineOptions(engine="onnxruntime", onnx_cache=tmp_path / "cache"))
+    assert isinstance(engine, Engine) and engine.name == "onnxruntime"
     settings = engine.decoding_settings(num_beams=2)
     assert settings["engine"] == "onnxruntime" and settings["dtype"] == "float32"
     assert settings["num_beams"] == 2 and settings["length_penalty_type"] == "gnmt"

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..engines.ctranslate2 import MAX_EXPORT_POSITIONS, WEIGHT_TYPES, check_max_positions, to_ctranslate2
+from ..engines.options import MAX_EXPORT_POSITIONS, WEIGHT_TYPES, check_max_positions
 from ..files import check_apart, is_local_path
 from ..trust import TRUST_FLAG, TRUST_HELP
 from .command import add_verbose_option
@@ -66,6 +66,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Export and print the output folder; exit status 2 for a refused output folder or model."""
     args = parse_args(argv)
+    from ..engines.ctranslate2_export import to_ctranslate2
+
     model_folder = args.model if is_local_path(args.model) else None  # a Hub id: the Hub's cache
     try:
         check_apart("OUTPUT_DIR", args.output_dir, {"the model folder": model_folder})

@@ -32,7 +32,7 @@ import torch
 from transformers import CompileConfig, PreTrainedModel
 from transformers.cache_utils import EncoderDecoderCache, StaticCache
 
-from ..modeling.generation_vaswani_transformer import CACHE_NAME, TRANSFORMERS_MAX_LENGTH
+from ..modeling.generation_vaswani_transformer import CACHE_NAME, model_max_length
 
 SHORTEST_SOURCE_BUCKET = 16
 SHORTEST_CACHE_BUCKET = 64
@@ -78,12 +78,11 @@ def cache_length(model: PreTrainedModel, longest_source: int, generate_kwargs: d
     """The static cache's length: a bucket at or above every output limit generate() may apply to this batch
     (the call's or the model's max_new_tokens or max_length, else the longest source + max_length_offset)."""
     generation = model.generation_config
-    model_max_length = None if generation.max_length == TRANSFORMERS_MAX_LENGTH else generation.max_length
     limits = (
         generate_kwargs.get("max_new_tokens"),
         generate_kwargs.get("max_length"),
         generation.max_new_tokens,
-        model_max_length,
+        model_max_length(generation),
         longest_source + getattr(model.config, "max_length_offset", 0),
     )
     return bucket(max(limit for limit in limits if limit is not None) + 1, SHORTEST_CACHE_BUCKET)

@@ -1,14 +1,16 @@
-"""`load_engine`: the engine `EngineOptions` name, loaded for a saved model folder or Hub id (translating lines
-with it, blank lines kept, buffer by buffer: `evaluation.streaming`)."""
+"""`load_engine`: the engine `EngineOptions` name (a `decoding.engine.Engine`), loaded for a saved model folder or
+Hub id (translating lines with it, blank lines kept, buffer by buffer: `evaluation.streaming`)."""
 
 from pathlib import Path
 
 import torch
 
+from ..decoding.engine import Engine
 from ..evaluation.loading import load_for_decoding
-from .ctranslate2 import CTranslate2Engine, CTranslate2Translator, cached_export
+from .ctranslate2_cache import cached_export
+from .ctranslate2_engine import CTranslate2Engine, CTranslate2Translator
 from .onnx_export import cached_onnx_export
-from .onnx_runtime import load_onnx_model
+from .onnx_runtime import OnnxRuntimeEngine, load_onnx_model
 from .options import (
     EngineOptions,
     check_engine_options,
@@ -17,15 +19,13 @@ from .options import (
     torch_device,
 )
 from .quantization import quantize_int8
-from .torch_engine import OnnxRuntimeEngine, TorchEngine
-
-Engine = TorchEngine | OnnxRuntimeEngine | CTranslate2Engine
+from .torch_engine import TorchEngine
 
 
 def load_engine(model: str | Path, options: EngineOptions | None = None) -> Engine:
     """The engine `options` name, loaded for a saved model folder or Hub id (checked first:
     `check_engine_options`). The CTranslate2 and ONNX Runtime engines convert the model on first use
-    (`export.cached_export`, `onnx_export.cached_onnx_export`)."""
+    (`ctranslate2_cache.cached_export`, `onnx_export.cached_onnx_export`)."""
     options = options or EngineOptions()
     check_engine_options(options)
     if options.engine == "ctranslate2":

@@ -6,7 +6,8 @@ pipeline then run transformers' loop and this package's beam search (§6.1: beam
 output limit, one cross-attention row per sentence) unchanged, so ONNX Runtime and PyTorch choose the same
 tokens up to float rounding. The decoding cache stays transformers' `EncoderDecoderCache`: the decoder step
 reads the past from it and appends the step's keys/values, and beam search reorders it as in PyTorch.
-The model holds no weights (the graphs do); it computes in float32 on the CPU.
+The model holds no weights (the graphs do); it computes in float32 on the CPU. `OnnxRuntimeEngine` is that model
+as a decoding engine (`decoding.engine.Engine`), as `engines.load_engine` loads it for `--engine onnxruntime`.
 """
 
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions
 
@@ -23,6 +24,7 @@ from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfi
 from ..modeling.modeling_vaswani_transformer import CACHE_NAME, VaswaniTransformerForConditionalGeneration
 from ..trust import check_remote_code
 from .onnx_export import GRAPHS, ONNX_EXTRA, key_value_names
+from .torch_engine import TorchEngine
 
 
 def _session(path: Path, threads: int | None) -> Any:
@@ -182,3 +184,17 @@ def load_onnx_model(
     model.lm_head = nn.Identity()
     model.generation_config = GenerationConfig.from_pretrained(folder)
     return model.eval(), AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+
+
+class OnnxRuntimeEngine(TorchEngine):
+    """The model's ONNX export in ONNX Runtime (`load_onnx_model`), decoded by the PyTorch model's search in
+    float32: the same search, length penalty and output limit as TorchEngine."""
+
+    name = "onnxruntime"
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
+        super().__init__(model, tokenizer, torch.float32)
+
+    def decoding_settings(self, **overrides: Any) -> dict[str, Any]:
+        """TorchEngine's record, naming this engine."""
+        return {**super().decoding_settings(**overrides), "engine": self.name}

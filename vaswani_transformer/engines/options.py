@@ -14,6 +14,11 @@ from ..files import check_cache_folder
 ENGINES = ("torch", "onnxruntime", "ctranslate2")
 QUANTIZATIONS = ("none", "int8")
 DTYPES = ("float32", "bfloat16", "float16")  # torch dtypes, by name
+# CTranslate2's weight types (`--quantization` of vaswani-export-ctranslate2)
+WEIGHT_TYPES = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16")
+# The most positions an export's tables hold: 0.27 GB a stack at d_model 1,024, far beyond any sentence.
+MAX_EXPORT_POSITIONS = 2**16
+CTRANSLATE2_EXTRA = "pip install 'vaswani_transformer[ctranslate2]' (or ctranslate2)"
 
 
 @dataclass(frozen=True)
@@ -149,8 +154,6 @@ def _check_onnxruntime_options(options: EngineOptions) -> None:
 
 def _check_ctranslate2_options(options: EngineOptions) -> None:
     if importlib.util.find_spec("ctranslate2") is None:
-        from .ctranslate2 import CTRANSLATE2_EXTRA
-
         raise ValueError(f"--engine ctranslate2 needs CTranslate2: {CTRANSLATE2_EXTRA}.")
     import ctranslate2
 
@@ -212,3 +215,13 @@ def ctranslate2_compute_type(quantize: str, dtype: str, device: str) -> str:
     if dtype == "auto":
         return "float32" if device == "cpu" else "bfloat16"
     return dtype
+
+
+def check_max_positions(max_positions: int, name: str = "max_positions") -> None:
+    """Between 1 and MAX_EXPORT_POSITIONS (ValueError): the export holds a max_positions × d_model table per stack,
+    made in memory first (10^8 positions asked for 25.6 GB)."""
+    if not 1 <= max_positions <= MAX_EXPORT_POSITIONS:
+        raise ValueError(
+            f"{name} {max_positions:,}: give 1 to {MAX_EXPORT_POSITIONS:,} tokens (the longest sentence, "
+            "source and output; the default 1,024 is the model's own position table)."
+        )

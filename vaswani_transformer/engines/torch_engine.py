@@ -1,5 +1,5 @@
-"""The model in PyTorch as a decoding engine: `translate()` in the precision the device computes fastest, and the
-record of its decoding settings that scores.json and the model card keep."""
+"""The model in PyTorch as a decoding engine (`decoding.engine.Engine`): `translate()` in the precision the device
+computes fastest, and the record of its decoding settings that scores.json and the model card keep."""
 
 import copy
 from collections.abc import Callable, Sequence
@@ -9,7 +9,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..decoding.translate import translate
-from ..modeling.generation_vaswani_transformer import generation_setting
+from ..modeling.generation_vaswani_transformer import generation_setting, model_max_length
 from ..precision import decoding_precision
 from .quantization import INT8_DESCRIPTION, int8_linear_layers
 
@@ -19,7 +19,8 @@ def decoding_settings(
 ) -> dict[str, Any]:
     """What `translate` will use: the model's generation config with `overrides`, the precision it computes
     in (`dtype`, else `precision.decoding_precision`'s choice), its int8 layers if any
-    (`quantization.quantize_int8`) and whether it decodes through CUDA graphs, as recorded in scores.json."""
+    (`quantization.quantize_int8`), whether it decodes through CUDA graphs, and its output limit as `generate`
+    applies it (`model_max_length`: transformers' fallback max_length is no limit), as recorded in scores.json."""
     config = copy.deepcopy(model.generation_config)
     config.update(**overrides)
     settings: dict[str, Any] = {
@@ -40,8 +41,8 @@ def decoding_settings(
         settings["cuda_graphs"] = True
     if config.max_new_tokens is not None:
         settings["max_new_tokens"] = config.max_new_tokens
-    elif config.max_length is not None:
-        settings["max_length"] = config.max_length
+    elif (max_length := overrides.get("max_length", model_max_length(model.generation_config))) is not None:
+        settings["max_length"] = max_length
     elif hasattr(model.config, "max_length_offset"):
         settings["max_new_tokens"] = f"longest source in the batch + {model.config.max_length_offset}"
     return settings
@@ -89,17 +90,3 @@ class TorchEngine:
     def decoding_settings(self, **overrides: Any) -> dict[str, Any]:
         """What `translate` uses, as scores.json records it (engine, quantization, precision, search)."""
         return decoding_settings(self.model, self.dtype, self.cuda_graphs, **overrides)
-
-
-class OnnxRuntimeEngine(TorchEngine):
-    """The model's ONNX export in ONNX Runtime (`onnx_runtime.load_onnx_model`), decoded by the PyTorch
-    model's search in float32: the same search, length penalty and output limit as TorchEngine."""
-
-    name = "onnxruntime"
-
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
-        super().__init__(model, tokenizer, torch.float32)
-
-    def decoding_settings(self, **overrides: Any) -> dict[str, Any]:
-        """TorchEngine's record, naming this engine."""
-        return {**super().decoding_settings(**overrides), "engine": self.name}

@@ -1,7 +1,7 @@
 """BLEU of a model's translations: translate with an engine, score against references, write the files.
 
 `translate_and_score` and `evaluate_model` take any engine (`engines.load_engine`: PyTorch, ONNX Runtime,
-CTranslate2) through the small interface `Engine` names, and translate in buffers (`streaming`); the scores record
+CTranslate2) through the one interface engines implement (`decoding.engine.Engine`), and translate in buffers (`streaming`); the scores record
 the engine's decoding settings.
 """
 
@@ -9,24 +9,16 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
 from ..claims import claimed_output
 from ..data.tokenization import lowercases
+from ..decoding.engine import Engine
 from ..files import check_writable, file_written_whole, remove_stale_partials
 from .bleu import moses_tokenize, sacre_bleu, tokenized_bleu
-from .streaming import Translator, translate_in_buffers
-
-
-class Engine(Translator, Protocol):
-    """What scoring needs of a decoding engine (`engines.TorchEngine` and its peers): `Translator`'s translate,
-    its tokenizer and its decoding record."""
-
-    tokenizer: PreTrainedTokenizerBase
-
-    def decoding_settings(self, **overrides: Any) -> dict[str, Any]: ...
+from .streaming import translate_in_buffers
 
 
 def score_translations(

@@ -2,36 +2,24 @@
 
 A buffer of lines is read, decoded in length-sorted batches, and handed on in input order before the next one is
 read (as fairseq-interactive's --buffer-size and CTranslate2's translate_file read theirs): the first translations
-come out after one buffer, and memory does not grow with the input. Blank lines stay blank.
+come out after one buffer, and memory does not grow with the input. Blank lines stay blank. Any engine
+(`decoding.engine.Engine`: `engines.load_engine`'s) translates them; streaming calls only its `translate`.
 """
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from tqdm.auto import tqdm
 
 from ..decoding import BATCH_SIZE
+from ..decoding.engine import Engine
 from ..decoding.sentences import translate_by_sentences
 
 # Batches per buffer by default: enough for the length sort to find similar lengths and for two decoding workers
 # (a CPU's) to stay busy, few enough that memory stays small. The first buffer is one batch, so that the first
 # translations come out as soon as one batch has decoded.
 BUFFER_BATCHES = 8
-
-
-class Translator(Protocol):
-    """What streaming needs of a decoding engine (`engines.TorchEngine` and its peers)."""
-
-    def translate(
-        self,
-        texts: Sequence[str],
-        *,
-        batch_size: int | None = None,
-        show_progress: bool = False,
-        on_batch: Callable[[int], object] | None = None,
-        **overrides: Any,
-    ) -> list[str]: ...
 
 
 def default_buffer_lines(batch_size: int | None) -> int:
@@ -49,7 +37,7 @@ def buffer_sizes(buffer_lines: int | None, batch_size: int | None) -> Iterator[i
 
 
 def translate_lines(
-    lines: Sequence[str], engine: Translator, *, split_language: str | None = None, **options: Any
+    lines: Sequence[str], engine: Engine, *, split_language: str | None = None, **options: Any
 ) -> list[str]:
     """Translations of the non-blank lines, with blank lines kept blank, in input order (one per line). With
     `split_language`, each line is translated sentence by sentence (`translate_by_sentences`, the server's
@@ -68,7 +56,7 @@ def translate_lines(
 
 def translate_in_buffers(
     lines: Iterable[str],
-    engine: Translator,
+    engine: Engine,
     *,
     buffer_lines: int | None = None,
     batch_size: int | None = None,

@@ -48,6 +48,17 @@ def generation_setting(generation_config: GenerationConfig, name: str) -> Any:
     return TRANSFORMERS_DEFAULTS.get(name) if value is None else value
 
 
+def model_max_length(generation_config: GenerationConfig) -> int | None:
+    """The model's own output limit in its generation config's `max_length`; None when it holds none.
+
+    transformers' fallback `max_length` (20), which Seq2SeqTrainer writes into the generation config at its first
+    generated batch, counts as none: the limit is then the longest source + `max_length_offset` (§6.1's "input
+    length + 50", `generate`). A `max_length` passed to a call is the call's limit whatever its value.
+    """
+    max_length = getattr(generation_config, "max_length", None)
+    return None if max_length == TRANSFORMERS_MAX_LENGTH else max_length
+
+
 def length_penalty(kind: str, alpha: float, length: int) -> float:
     """lp(Y) for a hypothesis of `length` tokens: GNMT's ((5 + |Y|) / 6)^α, or transformers' |Y|^α ("hf")."""
     return ((5 + length) / 6) ** alpha if kind == "gnmt" else float(length) ** alpha
@@ -501,10 +512,7 @@ class VaswaniTransformerGenerationMixin(GenerationMixin):
         model_settings = self.generation_config
         limits = [kwargs.get(name) for name in ("max_length", "max_new_tokens")]
         limits += [getattr(generation_config, name, None) for name in ("max_length", "max_new_tokens")]
-        limits += [
-            model_settings.max_new_tokens,
-            None if model_settings.max_length == TRANSFORMERS_MAX_LENGTH else model_settings.max_length,
-        ]
+        limits += [model_settings.max_new_tokens, model_max_length(model_settings)]
         source = inputs if inputs is not None else kwargs.get("input_ids")
         if all(limit is None for limit in limits) and source is not None:
             mask = kwargs.get("attention_mask")

@@ -22,9 +22,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
 from ..card_text import LANGUAGE_NAMES
+from ..decoding.engine import Engine
 from ..decoding.sentences import Sentence, join_sentences, split_sentences
 from ..decoding.translate import decoding_workers
-from ..engines.load import Engine
 from ..values import check_length_penalty
 from .batcher import Batcher, Options, QueueFull
 from .limits import ApiError, ApiKeys, RateLimiter

@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 import torch
 
+from ..decoding.engine import Engine
 from ..decoding.translate import intra_op_threads
-from ..evaluation.streaming import Translator
 
 Options = tuple[tuple[str, Any], ...]  # decoding overrides, hashable: requests with equal ones share a batch
 
@@ -80,7 +80,7 @@ class Batcher:
 
     def __init__(
         self,
-        engine: Translator,
+        engine: Engine,
         count_tokens: Callable[[str], int],
         *,
         max_batch_tokens: int,

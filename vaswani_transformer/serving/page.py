@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..engines.load import Engine
+from ..decoding.engine import Engine
 from ..plotting import attention_maps
 from .batcher import Batcher
 from .limits import ApiError, ServerLimits

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from transformers import BatchEncoding, PreTrainedTokenizerBase
 
-from ..engines.load import Engine
+from ..decoding.engine import Engine
 from ..engines.torch_engine import TorchEngine
 
 
