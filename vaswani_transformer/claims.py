@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .files import remove_stale_partials, write_failures_named
+from .files.partials import remove_stale_partials
+from .files.writing import write_failures_named
 
 
 class OutputInUse(ValueError):

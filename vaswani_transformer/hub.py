@@ -30,7 +30,7 @@ from .data.tokenization import lowercases
 from .decoding.translate import translate
 from .engines.torch_engine import decoding_settings
 from .evaluation.loading import FSMT_TOKENIZER_FILES, load_for_decoding, tokenizer_files
-from .files import folder_written_whole
+from .files.writing import folder_written_whole
 from .modeling.saving_vaswani_transformer import FOLDER_CODE, declare_pipeline
 from .provenance import ORIGIN_FILE, VASWANI_BIBTEX, Corpus, Origin, read_origin, training_corpus
 from .trust import check_remote_code

@@ -36,11 +36,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..data.corpora import read_text_lines
 from ..engines.load import load_engine
 from ..engines.options import EngineOptions
 from ..evaluation.scoring import evaluate_model, evaluation_prefix, scores_file
-from ..files import check_input_file
+from ..files.paths import check_input_file
+from ..files.reading import read_text_lines
 from .command import command
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..engines.onnx_export import to_onnx
-from ..files import check_apart, is_local_path
+from ..files.paths import check_apart, is_local_path
 from ..trust import TRUST_FLAG, TRUST_HELP
 from .command import add_verbose_option, command
 

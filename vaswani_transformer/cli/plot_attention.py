@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..evaluation.loading import load_for_decoding
-from ..files import WriteError, check_apart, check_writable, is_local_path, write_failures_named
+from ..files.paths import check_apart, is_local_path
+from ..files.writing import WriteError, check_writable, write_failures_named
 from ..plotting import attention_maps, plot_attention
 from ..trust import TRUST_FLAG, TRUST_HELP
 from .command import add_verbose_option, command

@@ -17,7 +17,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from ..files import WriteError
+from ..files.writing import WriteError
 from ..training.job_data import check_data_inputs, data_cache_folder, load_corpora, prepare_training_data
 from .command import command
 from .train import parse_options

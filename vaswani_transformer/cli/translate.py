@@ -34,12 +34,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing
 from pathlib import Path
 
-from ..data.corpora import split_lines, stream_text_lines
 from ..decoding.sentences import check_splitter, recorded_languages
 from ..engines.load import load_engine
 from ..engines.options import EngineOptions
 from ..evaluation.streaming import BUFFER_BATCHES, default_buffer_lines, translate_in_buffers
-from ..files import WriteError, check_input_file, describe_write_failure, machine_write_failure
+from ..files.paths import check_input_file
+from ..files.reading import split_lines, stream_text_lines
+from ..files.writing import WriteError, describe_write_failure, machine_write_failure
 from .command import command, parse_intermixed_args
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 

@@ -26,7 +26,9 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from ..claims import claimed_output
 from ..decoding.translate import BATCH_SIZE, length_sorted_batches
 from ..evaluation.loading import load_for_decoding, tokenizer_files
-from ..files import check_new_or_empty, folder_written_whole, read_json
+from ..files.paths import check_new_or_empty
+from ..files.reading import read_json
+from ..files.writing import folder_written_whole
 from ..modeling.generation_vaswani_transformer import TRANSFORMERS_MAX_LENGTH, generation_setting
 from ..trust import check_remote_code
 from .conversion_cache import cached_conversion, conversion_cache_dir, model_file_hashes, model_folder

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from ..files import check_cache_folder
+from ..files.paths import check_cache_folder
 from .ctranslate2 import CTRANSLATE2_EXTRA
 from .ctranslate2_cuda import cublas_12_problem
 from .onnx_export import ONNX_EXTRA

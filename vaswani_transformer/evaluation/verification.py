@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ..files import read_json, read_text_lines
+from ..files.reading import read_json, read_text_lines
 from ..modeling.configuration_vaswani_transformer import (
     FINGERPRINT_KEY,
     SHAPE_FREE_SETTINGS,

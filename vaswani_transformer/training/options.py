@@ -17,7 +17,7 @@ from typing import Any, Literal
 import torch
 from huggingface_hub.errors import StrictDataclassError
 
-from ..files import HASH_ALWAYS_BYTES
+from ..files.manifests import HASH_ALWAYS_BYTES
 from ..modeling.configuration_vaswani_transformer import PRESETS, VaswaniTransformerConfig
 from ..values import check_finite, check_length_penalty
 from .precision import MIXED_PRECISIONS

@@ -19,7 +19,7 @@ import torch
 from transformers import Seq2SeqTrainingArguments
 
 from ..decoding.precision import bf16_is_faster, bf16_reason
-from ..files import write_text_atomically
+from ..files.writing import write_text_atomically
 from .run_folder import PRECISION_FILE, RunFolderError
 
 logger = logging.getLogger(__name__)

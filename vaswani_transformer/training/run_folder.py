@@ -20,7 +20,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from ..files import check_apart, write_text_atomically
+from ..files.paths import check_apart
+from ..files.writing import write_text_atomically
 from .checkpoints import whole_checkpoints
 
 logger = logging.getLogger(__name__)

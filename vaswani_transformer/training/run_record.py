@@ -21,7 +21,8 @@ from transformers import PreTrainedTokenizerBase
 
 from ..data.corpora import TATOEBA_FILE
 from ..data.tokenization import load_tokenizer
-from ..files import is_local_path, sha256_file
+from ..files.manifests import sha256_file
+from ..files.paths import is_local_path
 from ..modeling.configuration_vaswani_transformer import PRESETS
 from .options import PATH_FIELDS, TrainOptions
 from .run_folder import OPTIONS_FILE, RunFolderError, read_run_record, write_options
