@@ -359,16 +359,6 @@ def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
     )
 
 
-def _with_auto_model(config_file: Path) -> None:
-    """`AutoModel` in config.json's auto_map, which folders saved by earlier versions of this package lack."""
-    config = json.loads(config_file.read_text(encoding="utf-8"))
-    config["auto_map"] = {
-        **config.get("auto_map", {}),
-        "AutoModel": "modeling_vaswani_transformer.VaswaniTransformerModel",
-    }
-    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
 def write_hub_folder(
     model_dir: str | Path, local_dir: str | Path, repo_id: str, choose: str = "--local_dir"
 ) -> list[Path]:
@@ -399,7 +389,6 @@ def _fill_hub_folder(source: Path, folder: Path, card: ModelCard) -> None:
         if (source / name).is_file():
             shutil.copyfile(source / name, folder / name)
     declare_pipeline(folder / "config.json")  # the pipeline the folder holds, copied above
-    _with_auto_model(folder / "config.json")
     card.save(folder / CARD_FILE)
 
 
