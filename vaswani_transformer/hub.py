@@ -365,7 +365,7 @@ def write_hub_folder(
     """Write into `local_dir` (new or empty) exactly the files `push_to_hub` uploads; returns them.
 
     `local_dir` is claimed first (`claims.claimed_output`: a second writer stops, naming this one), and the files
-    go to a temporary folder beside it, renamed to `local_dir` once complete (`files.folder_written_whole`): a
+    go to a temporary folder beside it, renamed to `local_dir` once complete (`files.writing.folder_written_whole`): a
     failure leaves no partial folder, and a full disk or read-only folder is a WriteError naming `local_dir`, the
     free space there and `choose`."""
     destination = Path(local_dir)
