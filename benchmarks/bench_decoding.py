@@ -69,10 +69,10 @@ from transformers import PreTrainedModel
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from vaswani_transformer import VaswaniTransformerConfig, VaswaniTransformerForConditionalGeneration
-from vaswani_transformer.data import read_text_lines
 from vaswani_transformer.decoding.translate import BATCH_SIZE, length_sorted_batches
 from vaswani_transformer.engines import EngineOptions, TorchEngine, load_engine
 from vaswani_transformer.evaluation import decoding_dtype, load_for_decoding, score_with_tokenizer
+from vaswani_transformer.files.reading import read_text_lines
 from vaswani_transformer.precision import autocast_to
 
 

@@ -249,6 +249,21 @@ SENTENCES = [
 ]
 
 
+# A small model's files (random weights, a 300-token BPE of the embedded Tatoeba pairs): no training needed
+SMALL_MODEL = Path(__file__).parent / "samples" / "small_model"
+
+
+def save_small_model(folder: Path) -> Path:
+    """The small model (SMALL_MODEL) saved into `folder` by this package as every folder is saved (its code, its
+    config's fingerprint); its translations differ per sentence."""
+    import shutil
+
+    VaswaniTransformerForConditionalGeneration.from_pretrained(SMALL_MODEL).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(SMALL_MODEL / name, folder / name)
+    return folder
+
+
 def save_random_model(trained_dir: Path, folder: Path, **config_overrides: object) -> Path:
     """A trained miniature's architecture and tokenizer with large random weights and every LayerNorm and bias
     perturbed, saved into `folder`: its translations differ per sentence and are not empty (the trained

@@ -26,14 +26,10 @@ from pathlib import Path, PurePosixPath
 from filelock import FileLock
 
 from vaswani_transformer.cli.command import command
-from vaswani_transformer.files import (
-    check_cache_folder,
-    discard_damaged_entry,
-    folder_written_whole,
-    manifest_problem,
-    remove_stale_partials,
-    write_manifest,
-)
+from vaswani_transformer.files.manifests import discard_damaged_entry, manifest_problem, write_manifest
+from vaswani_transformer.files.partials import remove_stale_partials
+from vaswani_transformer.files.paths import check_cache_folder
+from vaswani_transformer.files.writing import folder_written_whole
 
 CACHE_VARIABLE = "VASWANI_TRANSFORMERS_TESTS_CACHE"
 DEFAULT_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "transformers-tests"

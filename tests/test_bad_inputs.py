@@ -1274,7 +1274,7 @@ MATCH_CASES: dict[str, Case] = {
         "config.json has settings other than those the weights were saved with (its architecture_fingerprint differs",
         setup=without_run_record(json_edited("config.json", activation_function="gelu")),
     ),
-    "push config 8 heads, no fingerprint (an older folder)": Case(
+    "push config 8 heads, its fingerprint removed": Case(
         "push",
         pushed,
         "config.json says num_heads 8 (the run trained with 4)",
@@ -1359,7 +1359,7 @@ MATCH_CASES: dict[str, Case] = {
     "convert fairseq dict.de.txt not UTF-8": Case(
         "convert",
         lambda ws: ["fairseq", str(ws.root / "fs" / "fairseq"), ws.new],
-        "dict.de.txt is not UTF-8 text (invalid continuation byte at byte 9)",
+        "dict.de.txt is not UTF-8 text (byte 0xe4 on line 2): use the archive's own file.",
         setup=fairseq_in_workspace,
     ),
 }

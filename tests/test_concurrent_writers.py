@@ -23,7 +23,7 @@ from tests.conftest import tatoeba_files
 from tests.convert.conftest import save_small_fsmt
 from vaswani_transformer.claims import OutputInUse, claim_path, claimed_output
 from vaswani_transformer.cli import average, convert, evaluate, export, export_onnx, push
-from vaswani_transformer.files import partial_path
+from vaswani_transformer.files.partials import partial_path
 
 # A claim held by a process of its own until its standard input closes; a folder's holder first writes its result
 # into it (a named result's, whose file is written at its end, does not).

@@ -10,16 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from vaswani_transformer import files
 from vaswani_transformer.data import load_parallel
 from vaswani_transformer.evaluation import check_model_name
-from vaswani_transformer.files import (
-    check_apart,
-    check_input_file,
-    folder_written_whole,
-    is_local_path,
-    partial_path,
-)
+from vaswani_transformer.files import partials, writing
+from vaswani_transformer.files.partials import partial_path
+from vaswani_transformer.files.paths import check_apart, check_input_file, is_local_path
+from vaswani_transformer.files.writing import folder_written_whole
 
 
 @pytest.mark.parametrize(
@@ -154,7 +150,7 @@ def test_a_write_past_the_machine_s_limit_names_the_path_and_the_fix(tmp_path: P
     script = f"""
 import resource, signal, sys
 from pathlib import Path
-from vaswani_transformer.files import WriteError, folder_written_whole
+from vaswani_transformer.files.writing import WriteError, folder_written_whole
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
 try:
@@ -177,7 +173,7 @@ def test_a_folder_written_over_is_replaced_as_a_whole(
     the new folder, with the files the writer did not write linked in, takes the earlier one's place at once: a
     new folder (another inode) holds all; with no renameat2, the earlier folder is moved aside and back on failure."""
     if not exchange:
-        monkeypatch.setattr(files.ctypes, "CDLL", lambda *args, **kwargs: object())
+        monkeypatch.setattr(writing.ctypes, "CDLL", lambda *args, **kwargs: object())
     final = tmp_path / "export"
     (final / "sub").mkdir(parents=True)
     (final / "notes.txt").write_text("the user's")
@@ -197,5 +193,5 @@ def test_partial_names_carry_the_host_and_the_pid(tmp_path: Path) -> None:
     host, pid = socket.gethostname(), os.getpid()
     assert partial_path(tmp_path / "out").name == f".out.partial-{host}-{pid}"
     assert partial_path(tmp_path / "x_scores.json").name == f".x_scores.partial-{host}-{pid}.json"
-    match = files.PARTIAL_NAME.fullmatch(partial_path(tmp_path / "x_scores.json").name)
+    match = partials.PARTIAL_NAME.fullmatch(partial_path(tmp_path / "x_scores.json").name)
     assert match is not None and (match["name"], match["host"], match["pid"]) == ("x_scores", host, str(pid))

@@ -256,7 +256,7 @@ def test_the_check_before_long_work_finds_a_place_that_takes_no_byte(tmp_path: P
     script = f"""
 import resource, signal
 from pathlib import Path
-from vaswani_transformer.files import WriteError, check_writable
+from vaswani_transformer.files.writing import check_writable, WriteError
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
 try:

@@ -1,22 +1,28 @@
 """One writer at a time per output: an output folder or named result is claimed before any long work, and a
 second writer of the same output stops, naming the first, instead of replacing its result when both finish.
 
-A claim is an OS lock (flock) on `.NAME.lock` beside the output, which the kernel releases when its process ends
-(a kill -9 leaves nothing held). The holder writes its PID and host into the file, for the second writer's
-message, and removes the file when it is done, still holding it; a writer that locked a file so removed locks
-the new one instead. Training holds its run folder the same way, with a lock file inside the folder
-(`training.run_folder.holding_run_folder`); the caches take filelock's lock and wait (a second writer of a cache
-entry reuses the first's).
+A claim is filelock's OS lock (flock) on `.NAME.lock` beside the output, which the kernel releases when its
+process ends (a kill -9 leaves nothing held). The holder writes its PID and host into the file as it takes it,
+for the second writer's message, and removes the file when it is done, still holding it; a writer that locked a
+file so removed tries the new one (filelock checks that the file it locked is still there). Training holds its
+run folder with the same lock (`training.run_folder.holding_run_folder`); the caches wait for theirs (a second
+writer of a cache entry reuses the first's).
 """
 
-import fcntl
 import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .files import remove_stale_partials, write_failures_named
+from filelock import FileLock, Timeout
+
+from .files.partials import remove_stale_partials
+from .files.writing import write_failures_named
+
+# How long a second writer tries before it stops: long enough to try again the file of a holder that has just
+# removed its lock, far shorter than any work a claim guards.
+RETRY_SECONDS = 0.2
 
 
 class OutputInUse(ValueError):
@@ -33,22 +39,27 @@ def claimed_output(final: str | Path, choose: str, *, other: str | None = None) 
     """Hold `final` (a folder or file to be written) for this process while the block runs: OutputInUse, naming
     the holder and `other` (the flag that picks another output; default `choose`), when another process holds
     it. Folders made for the lock that hold nothing when the block ends are removed; leftovers of writers of
-    `final` that died on this host (`files.remove_stale_partials`) are removed once the claim is held. A folder
-    where no lock can be made (read-only, full) is a WriteError naming `final` and `choose`, the flag that picks
-    another place."""
+    `final` that died on this host (`files.partials.remove_stale_partials`) are removed once the claim is held. A
+    folder where no lock can be made (read-only, full) is a WriteError naming `final` and `choose`, the flag that
+    picks another place."""
     final = Path(final)
     made = [folder for folder in (final.parent, *final.parent.parents) if not folder.exists()]
-    lock = claim_path(final)
-    descriptor = None
+    path = claim_path(final)
+    lock = FileLock(path, timeout=RETRY_SECONDS, on_acquired=_write_holder)
     try:
         with write_failures_named(final, choose):
-            descriptor = _lock(lock, final, other or choose)
-        remove_stale_partials(final.parent, final.name)
-        yield
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                lock.acquire()
+            except Timeout:
+                raise OutputInUse(_in_use(path, final, other or choose)) from None
+        try:
+            remove_stale_partials(final.parent, final.name)
+            yield
+        finally:
+            path.unlink(missing_ok=True)  # while still held: a waiting writer then locks a new file
+            lock.release()
     finally:
-        if descriptor is not None:
-            lock.unlink(missing_ok=True)  # while still held: a waiting writer then locks a new file
-            os.close(descriptor)
         for folder in made:  # deepest first
             try:
                 folder.rmdir()
@@ -56,26 +67,10 @@ def claimed_output(final: str | Path, choose: str, *, other: str | None = None) 
                 break
 
 
-def _lock(lock: Path, final: Path, choose: str) -> int:
-    """An open descriptor of `lock`, locked by this process and still the file at that name, holding this
-    process's PID and host."""
-    while True:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(descriptor)
-            raise OutputInUse(_in_use(lock, final, choose)) from None
-        try:
-            same = os.stat(lock).st_ino == os.fstat(descriptor).st_ino
-        except FileNotFoundError:  # its holder removed it after this process opened it
-            same = False
-        if same:
-            os.ftruncate(descriptor, 0)
-            os.write(descriptor, f"PID {os.getpid()} on {socket.gethostname()}\n".encode())
-            return descriptor
-        os.close(descriptor)
+def _write_holder(descriptor: int) -> None:
+    """This process's PID and host, in the lock file it has just locked (filelock's `on_acquired`)."""
+    os.ftruncate(descriptor, 0)
+    os.write(descriptor, f"PID {os.getpid()} on {socket.gethostname()}\n".encode())
 
 
 def _in_use(lock: Path, final: Path, choose: str) -> str:

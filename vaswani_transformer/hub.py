@@ -30,7 +30,7 @@ from .data.tokenization import lowercases
 from .decoding.translate import translate
 from .engines.torch_engine import decoding_settings
 from .evaluation.loading import FSMT_TOKENIZER_FILES, load_for_decoding, tokenizer_files
-from .files import folder_written_whole
+from .files.writing import folder_written_whole
 from .modeling.saving_vaswani_transformer import FOLDER_CODE, declare_pipeline
 from .provenance import ORIGIN_FILE, VASWANI_BIBTEX, Corpus, Origin, read_origin, training_corpus
 from .trust import check_remote_code
@@ -359,23 +359,13 @@ def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
     )
 
 
-def _with_auto_model(config_file: Path) -> None:
-    """`AutoModel` in config.json's auto_map, which folders saved by earlier versions of this package lack."""
-    config = json.loads(config_file.read_text(encoding="utf-8"))
-    config["auto_map"] = {
-        **config.get("auto_map", {}),
-        "AutoModel": "modeling_vaswani_transformer.VaswaniTransformerModel",
-    }
-    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
 def write_hub_folder(
     model_dir: str | Path, local_dir: str | Path, repo_id: str, choose: str = "--local_dir"
 ) -> list[Path]:
     """Write into `local_dir` (new or empty) exactly the files `push_to_hub` uploads; returns them.
 
     `local_dir` is claimed first (`claims.claimed_output`: a second writer stops, naming this one), and the files
-    go to a temporary folder beside it, renamed to `local_dir` once complete (`files.folder_written_whole`): a
+    go to a temporary folder beside it, renamed to `local_dir` once complete (`files.writing.folder_written_whole`): a
     failure leaves no partial folder, and a full disk or read-only folder is a WriteError naming `local_dir`, the
     free space there and `choose`."""
     destination = Path(local_dir)
@@ -399,7 +389,6 @@ def _fill_hub_folder(source: Path, folder: Path, card: ModelCard) -> None:
         if (source / name).is_file():
             shutil.copyfile(source / name, folder / name)
     declare_pipeline(folder / "config.json")  # the pipeline the folder holds, copied above
-    _with_auto_model(folder / "config.json")
     card.save(folder / CARD_FILE)
 
 

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .decoding.translate import translate
-from .files import file_written_whole
+from .files.writing import file_written_whole
 from .modeling.modeling_vaswani_transformer import (
     VaswaniTransformerSinusoidalPositionalEncoding,
     shift_tokens_right,

@@ -11,7 +11,7 @@ from typing import Any
 from huggingface_hub import ModelCard, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError
 
-from .files import is_local_path
+from .files.paths import is_local_path
 
 ORIGIN_FILE = "conversion.json"
 NOT_RECORDED = "not recorded (the folder has no train_options.json, which vaswani-train writes)"

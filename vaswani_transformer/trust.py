@@ -26,7 +26,8 @@ from transformers.utils import (
     cached_file,
 )
 
-from .files import is_local_path, read_json
+from .files.paths import is_local_path
+from .files.reading import read_json
 
 TRUST_FLAG = "--trust_remote_code"
 TRUST_HELP = (

@@ -4,6 +4,7 @@ that died are removed, those of live ones stay."""
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tatoeba_files
-from vaswani_transformer import files
 from vaswani_transformer.cli import prepare
 from vaswani_transformer.data.prepared import build_once, prepared_entry
-from vaswani_transformer.files import MANIFEST
+from vaswani_transformer.files import manifests
+from vaswani_transformer.files.manifests import MANIFEST, manifest_problem
 
 
 def prepare_flags(tmp_path: Path) -> list[str]:
@@ -65,7 +66,7 @@ def test_a_damaged_tokenised_entry_is_prepared_anew_with_a_warning_naming_the_fi
     damages = {
         "source.bin": lambda path: path.write_bytes(path.read_bytes()[:-3]),  # truncated
         "target.bin": flip_two_bytes,  # same size, other content
-        MANIFEST: lambda path: path.unlink(),  # as an older version left it
+        MANIFEST: lambda path: path.unlink(),  # an unfinished entry
         "filter_stats.json": lambda path: path.write_text("{"),
     }
     for name, damage in damages.items():
@@ -81,7 +82,7 @@ def test_large_files_are_hashed_only_with_verify_cache(tmp_path, caplog, monkeyp
     flags = prepare_flags(tmp_path)
     run_prepare(flags, caplog)
     target = tokenized_entry(tmp_path / "cache") / "target.bin"
-    monkeypatch.setattr(files, "HASH_ALWAYS_BYTES", 0)  # every file counts as large: checked by size
+    monkeypatch.setattr(manifests, "HASH_ALWAYS_BYTES", 0)  # every file counts as large: checked by size
     flip_two_bytes(target)
     assert "tokenised pairs: reused" in run_prepare(flags, caplog)
     log = run_prepare([*flags, "--verify_cache"], caplog)  # every file's content checked
@@ -93,8 +94,8 @@ def test_partial_folders_of_dead_processes_are_removed_and_live_ones_stay(tmp_pa
     ended.wait()
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        dead_partial = tmp_path / f"tokenized-a.partial-{ended.pid}"
-        live_partial = tmp_path / f".bpe-b.partial-{alive.pid}"
+        dead_partial = tmp_path / f"tokenized-a.partial-{socket.gethostname()}-{ended.pid}"
+        live_partial = tmp_path / f".bpe-b.partial-{socket.gethostname()}-{alive.pid}"
         for partial in (dead_partial, live_partial):
             partial.mkdir()
             (partial / "source.bin").write_bytes(b"half")
@@ -128,9 +129,9 @@ def test_the_manifest_lists_every_file_with_its_size(tmp_path, name) -> None:
         (folder / name).write_bytes(b"12345")
 
     entry = build_once(tmp_path / "text-key", build)
-    assert files.manifest_problem(entry, verify_hashes=True) is None
+    assert manifest_problem(entry, verify_hashes=True) is None
     (entry / name).unlink()
-    assert files.manifest_problem(entry, verify_hashes=False) == f"{entry / name} is missing"
+    assert manifest_problem(entry, verify_hashes=False) == f"{entry / name} is missing"
 
 
 # vaswani-prepare with writes beyond 4 KiB refused (EFBIG), as a full disk refuses them (ENOSPC)

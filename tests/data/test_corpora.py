@@ -26,6 +26,7 @@ from vaswani_transformer.data import (
     translation_to_parallel,
 )
 from vaswani_transformer.data.tokenization import train_bpe
+from vaswani_transformer.files.reading import read_text_lines
 
 TATOEBA_PAIRS = 169_813
 
@@ -167,13 +168,13 @@ def test_old_mac_line_endings_are_named_and_windows_ones_read(tmp_path: Path, gz
     with pytest.raises(ValueError, match=r"mac\.en uses \\r \(old Mac\) line endings"):
         load_text_pair(source, target)
     with pytest.raises(ValueError, match=r"mac\.en uses \\r"):
-        corpora.read_text_lines(source)
+        read_text_lines(source)
     windows = tmp_path / f"windows.tsv{suffix}"
     content = b"Hi.\tHallo!\r\nRun!\tLauf!\r\n"
     windows.write_bytes(gzip.compress(content) if gzipped else content)
     assert load_tsv(windows)[0][:] == {"source": ["Hi.", "Run!"], "target": ["Hallo!", "Lauf!"]}
     target.write_bytes(b"Hallo!\r\nLauf!\r\n")
-    assert corpora.read_text_lines(target) == ["Hallo!", "Lauf!"]
+    assert read_text_lines(target) == ["Hallo!", "Lauf!"]
 
 
 def test_load_parallel_dispatches_on_arguments(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ warning naming the file; an export the machine refuses to write leaves no partia
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SENTENCES, save_random_model
-from vaswani_transformer import files
 from vaswani_transformer.engines import EngineOptions, ctranslate2_cache, load_engine
 from vaswani_transformer.engines.ctranslate2_cache import cached_export
 from vaswani_transformer.engines.ctranslate2_engine import CTranslate2Translator
 from vaswani_transformer.engines.ctranslate2_export import to_ctranslate2
 from vaswani_transformer.engines.onnx_export import cached_onnx_export
 from vaswani_transformer.engines.onnx_runtime import load_onnx_model
+from vaswani_transformer.files import manifests
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,7 @@ def test_verify_cache_checks_the_content_of_large_files(model_dir, tmp_path, cap
     folder = cached_export(model_dir, cache_dir=cache)
     model = folder / "model.bin"
     whole = model.read_bytes()
-    monkeypatch.setattr(files, "HASH_ALWAYS_BYTES", 0)  # every file counts as large: checked by size
+    monkeypatch.setattr(manifests, "HASH_ALWAYS_BYTES", 0)  # every file counts as large: checked by size
     model.write_bytes(bytes([whole[0] ^ 0xFF]) + whole[1:])
     assert cached_export(model_dir, cache_dir=cache) == folder and model.read_bytes() != whole  # size only
     options = EngineOptions(engine="ctranslate2", ctranslate2_cache=cache, device="cpu", verify_cache=True)
@@ -94,7 +95,8 @@ def test_partial_folders_of_dead_conversions_are_removed_and_live_ones_stay(mode
     cache.mkdir()
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
-    dead, live = cache / f".key.partial-{ended.pid}", cache / f".other.partial-{os.getpid()}"
+    host = socket.gethostname()
+    dead, live = cache / f".key.partial-{host}-{ended.pid}", cache / f".other.partial-{host}-{os.getpid()}"
     for partial in (dead, live):
         partial.mkdir()
         (partial / "model.bin").write_bytes(b"half")

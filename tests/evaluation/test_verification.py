@@ -2,13 +2,12 @@
 
 The refusals, command by command, are MATCH_CASES in tests/test_bad_inputs.py; here: every folder this package
 saves (the training job's final model and checkpoints, an average, a conversion) passes the verification and still
-loads with transformers alone, the fingerprint covers exactly the settings that change no shape, and a folder saved
-before the fingerprint is held to what its shapes say.
+loads with transformers alone, the fingerprint covers exactly the settings that change no shape, and a config without
+it is refused.
 """
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,8 +28,6 @@ from vaswani_transformer.modeling.configuration_vaswani_transformer import (
     SHAPE_FREE_SETTINGS,
 )
 from vaswani_transformer.training.checkpoints import average_last
-
-OLD_FOLDER = Path(__file__).parents[1] / "samples" / "saved_before_the_layout" / "model"
 
 # Loads each folder with the Auto classes in an interpreter without the package (its own remote code only).
 LOAD_WITHOUT_PACKAGE = (
@@ -120,19 +117,16 @@ def test_saved_folders_pass_and_load_with_transformers_alone(trained_run, tmp_pa
     assert all(entry["class"] == "VaswaniTransformerForConditionalGeneration" for entry in loaded)
 
 
-def test_a_folder_saved_before_the_fingerprint_is_held_to_its_shapes(tmp_path: Path) -> None:
-    folder = tmp_path / "model"
-    shutil.copytree(OLD_FOLDER, folder)
-    config = json.loads((folder / "config.json").read_text())
-    assert FINGERPRINT_KEY not in config and not (folder / "train_options.json").exists()
-    verify_model_folder(folder)
-    (folder / "config.json").write_text(json.dumps({**config, "num_heads": 8}))
-    verify_model_folder(
-        folder
-    )  # nothing records the heads it was trained with: accepted, as docs/hub.md says
-    (folder / "config.json").write_text(json.dumps({**config, "num_decoder_layers": 3}))
-    with pytest.raises(ValueError, match="num_decoder_layers 3 \\(the weights have 2\\)"):
-        verify_model_folder(folder)
+def test_a_config_without_its_fingerprint_is_refused(tiny_model, tmp_path: Path) -> None:
+    """Every config this package saves records the fingerprint: one without it was edited, and nothing then tells
+    whether its shape-free settings are those the weights were saved with."""
+    tiny_model.save_pretrained(tmp_path)
+    verify_model_folder(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config[FINGERPRINT_KEY]
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_heads": 8}))
+    with pytest.raises(ValueError, match=f"config.json records no {FINGERPRINT_KEY}"):
+        verify_model_folder(tmp_path)
 
 
 def test_bpe_merges_join_known_symbols_in_order() -> None:

@@ -76,7 +76,6 @@ def test_a_seq2seq_trainer_leaves_no_fallback_settings_and_no_false_use_cache_in
     )  # the live model as it was
 
 
-SAMPLE_FOLDER = Path(__file__).parents[1] / "samples" / "saved_before_the_layout" / "model"
 QUESTION, TRANSFORMERS_LOG = "[y/N]", "[transformers]"  # how transformers' warnings start
 
 
@@ -109,7 +108,6 @@ def load_tokenizer_in_a_fresh_interpreter(
 
 
 @pytest.mark.slow  # fresh interpreters
-@pytest.mark.parametrize("folder", ["saved now", "saved before the layout"])
 @pytest.mark.parametrize(
     ("load", "package"),
     [
@@ -119,23 +117,19 @@ def load_tokenizer_in_a_fresh_interpreter(
     ],
 )
 def test_the_documented_ways_load_the_tokenizer_without_a_question_a_wait_or_a_warning(
-    model, letter_tokenizer, tmp_path: Path, folder, load, package
+    model, letter_tokenizer, tmp_path: Path, load, package
 ) -> None:
     """Issue 51, item 4: docs/hub.md's ways to load a model folder's tokenizer, with this package and without."""
-    if folder == "saved now":
-        path = tmp_path / "model"
-        model.save_pretrained(path)
-        letter_tokenizer.save_pretrained(path)
-    else:
-        path = SAMPLE_FOLDER
+    path = tmp_path / "model"
+    model.save_pretrained(path)
+    letter_tokenizer.save_pretrained(path)
     load = load.replace("sys.argv[1] if len(sys.argv) > 1 else FOLDER", "FOLDER").replace(
         "FOLDER", repr(str(path))
     )
     output, seconds = load_tokenizer_in_a_fresh_interpreter(path, load, tmp_path, package)
     assert QUESTION not in output and TRANSFORMERS_LOG not in output, output  # no question, no warning
     assert seconds < 10
-    if folder == "saved now":
-        assert f"ids {letter_tokenizer('Tom')['input_ids']}" in output
+    assert f"ids {letter_tokenizer('Tom')['input_ids']}" in output
 
 
 @pytest.mark.slow  # a fresh interpreter

@@ -2,19 +2,16 @@
 splitter of `vaswani-serve` and `vaswani-translate --split_sentences`, and joined back with its own spacing."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from tests.conftest import SMALL_MODEL, save_small_model
 from vaswani_transformer import translate
 from vaswani_transformer.decoding.sentences import split_sentences
 
-SAMPLE_FOLDER = (
-    Path(__file__).parents[1] / "samples" / "saved_before_the_layout" / "model"
-)  # small, random weights: distinct translations per sentence
 SENTENCES = ["No.", "Who are you?", "Tom is reading a book in the garden."]  # distinct translations here
 # greedy, and an output limit that does not depend on the other sources of a batch (§6.1's is the longest + 50)
 DECODING = {"num_beams": 1, "max_new_tokens": 8, "dtype": torch.float32}
@@ -22,8 +19,9 @@ DECODING = {"num_beams": 1, "max_new_tokens": 8, "dtype": torch.float32}
 
 @pytest.fixture(scope="module")
 def recorded_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("sample") / "model"
-    shutil.copytree(SAMPLE_FOLDER, folder)
+    folder = save_small_model(
+        tmp_path_factory.mktemp("sample") / "model"
+    )  # distinct translations per sentence
     (folder / "train_options.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
     return folder
 
@@ -55,7 +53,7 @@ def test_the_splitter_is_the_server_s_and_its_pieces_give_the_text_back() -> Non
 
 
 def test_a_model_that_records_no_language_asks_for_one(loaded) -> None:
-    model = AutoModelForSeq2SeqLM.from_pretrained(SAMPLE_FOLDER)  # no train_options.json, no langs
+    model = AutoModelForSeq2SeqLM.from_pretrained(SMALL_MODEL)  # no train_options.json, no langs
     with pytest.raises(
         ValueError, match=r"does not record its source language: name it, split_sentences='en'"
     ):

@@ -2,7 +2,6 @@
 
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -16,17 +15,18 @@ from pathlib import Path
 
 import httpx
 
+from tests.conftest import save_small_model
+
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 START = 300  # seconds the server may take to load and warm up on a busy machine
 CPU_FLOAT32 = ("--device", "cpu", "--dtype", "float32")
-SAMPLE_MODEL = REPO / "tests" / "samples" / "saved_before_the_layout" / "model"  # small, random weights
 
 
 def sample_folder(folder: Path) -> Path:
-    """The small saved sample model (no training needed), copied to `folder` with the pair en→de recorded as
-    `vaswani-train` records it (train_options.json)."""
-    shutil.copytree(SAMPLE_MODEL, folder)
+    """The small sample model (no training needed, `save_small_model`) saved into `folder` with the pair en→de
+    recorded as `vaswani-train` records it (train_options.json)."""
+    save_small_model(folder)
     (folder / "train_options.json").write_text('{"source_lang": "en", "target_lang": "de"}', encoding="utf-8")
     return folder
 

@@ -12,7 +12,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from vaswani_transformer.cli import average as average_cli
-from vaswani_transformer.files import WriteError
+from vaswani_transformer.files.writing import WriteError
 from vaswani_transformer.training.checkpoints import (
     average_checkpoints,
     average_last,

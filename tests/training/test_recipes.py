@@ -240,6 +240,10 @@ def test_resume_keeps_the_runs_torch_compile_which_shapes_its_batches(tmp_path: 
         f"--resume --torch_compile {not recorded}: the run was made with {recorded}"
     ]
     assert changed_on_resume(run, record) == []
+    del record["torch_compile"]  # a hand edit
+    assert changed_on_resume(run, record) == [
+        f"--resume --torch_compile {recorded}: the run's record does not hold it"
+    ]
 
 
 def test_a_warm_up_no_run_can_reach_is_refused_and_one_beyond_max_steps_warned() -> None:

@@ -11,11 +11,9 @@ import pytest
 
 from vaswani_transformer.cli.train import parse_options
 from vaswani_transformer.data.corpora import TATOEBA_FILE
-from vaswani_transformer.data.tokenization import load_tokenizer
 from vaswani_transformer.training.checkpoints import resume_problem, whole_checkpoints
 from vaswani_transformer.training.checks import check_resume
 from vaswani_transformer.training.run_folder import resume_point
-from vaswani_transformer.training.run_record import record_run
 
 
 @pytest.fixture
@@ -68,27 +66,24 @@ def test_a_checkpoint_without_its_optimiser_state_is_not_resumed_but_still_avera
     assert whole_checkpoints(run)[0][-1].name == "checkpoint-60"
 
 
-def test_a_record_from_before_the_fingerprints_resumes_with_a_warning(run: Path, caplog) -> None:
-    """A run begun before its corpora were fingerprinted cannot be checked against them: it resumes (refusing it
-    would strand every such run), says so, and is recorded in full from this session on."""
-    recorded_when_it_began = record(run)
-    recorded = dict(recorded_when_it_began)
-    del recorded["corpus_sha256"], recorded["vocabulary"]
-    (run / "train_options.json").write_text(json.dumps(recorded), encoding="utf-8")
-    options = parse_options(["--output_dir", str(run), "--resume"])
-    check_resume(options)
-    record_run(options, load_tokenizer(str(run / "tokenizer")))  # as the job does once the checks passed
-    assert [message for message in caplog.messages if "holds no fingerprint of the corpora" in message]
-    assert record(run)["corpus_sha256"] == recorded_when_it_began["corpus_sha256"]
-    assert record(run)["vocabulary"] == recorded_when_it_began["vocabulary"]
-
-
-def test_a_vocabulary_larger_than_vocab_size_with_merges_contradicts_an_older_record(run: Path) -> None:
-    """Without a vocabulary record, a --vocab_size below the vocabulary's size is a contradiction whenever BPE
-    learnt merges: only a corpus's characters and the special tokens can exceed the size asked for."""
+@pytest.mark.parametrize("key", ["corpus_sha256", "vocabulary"])
+def test_a_record_without_its_inputs_is_refused(run: Path, key: str) -> None:
+    """Every run's record holds its corpora's fingerprint and its vocabulary: one without is edited, and --resume
+    could not check the run's inputs against it."""
     recorded = record(run)
-    del recorded["vocabulary"]
-    (run / "train_options.json").write_text(json.dumps(recorded | {"vocab_size": 100}), encoding="utf-8")
+    del recorded[key]
+    (run / "train_options.json").write_text(json.dumps(recorded), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"train_options.json holds no {key} .every run's record does"):
+        check_resume(parse_options(["--output_dir", str(run), "--resume"]))
+
+
+def test_a_vocabulary_larger_than_vocab_size_with_merges_contradicts_the_record(run: Path) -> None:
+    """A record whose vocab_size was edited together with its vocabulary's: a --vocab_size below the vocabulary's
+    size is a contradiction whenever BPE learnt merges, since only a corpus's characters and the special tokens
+    can exceed the size asked for."""
+    recorded = record(run)
+    edited = {"vocab_size": 100, "vocabulary": {**recorded["vocabulary"], "vocab_size": 100}}
+    (run / "train_options.json").write_text(json.dumps(recorded | edited), encoding="utf-8")
     with pytest.raises(
         ValueError, match="says vocab_size 100, but the run's vocabulary .* merges among them"
     ):

@@ -18,7 +18,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..files import check_apart, check_writable
+from ..files.paths import check_apart
+from ..files.writing import check_writable
 from .command import add_verbose_option
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..decoding import BATCH_SIZE
 from ..engines.options import DTYPES, ENGINES, QUANTIZATIONS, EngineOptions, check_engine_options
-from ..files import HASH_ALWAYS_BYTES
+from ..files.manifests import HASH_ALWAYS_BYTES
 from ..trust import TRUST_FLAG, TRUST_HELP
 from ..values import LENGTH_PENALTY_LIMIT, check_length_penalty, finite_float
 from .command import add_verbose_option

@@ -37,14 +37,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..engines.options import EngineOptions
-from ..files import check_input_file
+from ..files.paths import check_input_file
+from ..files.reading import read_text_lines
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
 
 def read_lines(path: Path | None) -> list[str] | None:
     """Lines of a UTF-8 text file, split at "\\n" only (None for no file)."""
-    from ..data.corpora import read_text_lines
-
     return None if path is None else read_text_lines(path)
 
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..engines.options import MAX_EXPORT_POSITIONS, WEIGHT_TYPES, check_max_positions
-from ..files import check_apart, is_local_path
+from ..files.paths import check_apart, is_local_path
 from ..trust import TRUST_FLAG, TRUST_HELP
 from .command import add_verbose_option
 

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..files import check_apart, is_local_path
+from ..files.paths import check_apart, is_local_path
 from ..trust import TRUST_FLAG, TRUST_HELP
 from .command import add_verbose_option
 

@@ -16,7 +16,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..files import WriteError, check_apart, check_writable, is_local_path, write_failures_named
+from ..files.paths import check_apart, is_local_path
+from ..files.writing import WriteError, check_writable, write_failures_named
 from ..trust import TRUST_FLAG, TRUST_HELP
 from .command import add_verbose_option
 

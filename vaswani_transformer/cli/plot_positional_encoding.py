@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..files import WriteError, check_writable
+from ..files.writing import WriteError, check_writable
 from .command import add_verbose_option
 
 

@@ -17,7 +17,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from ..files import WriteError
+from ..files.writing import WriteError
 from .train import parse_options
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from ..files import check_apart
+from ..files.paths import check_apart
 from .command import add_verbose_option
 
 

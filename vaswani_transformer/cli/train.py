@@ -29,7 +29,8 @@ from pathlib import Path
 from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
-from ..files import CacheError, WriteError
+from ..files.manifests import CacheError
+from ..files.writing import WriteError
 from ..training.options import (
     DEFAULT_RECIPE,
     TrainOptions,

@@ -37,7 +37,9 @@ from pathlib import Path
 from ..decoding.sentences import check_splitter, recorded_languages
 from ..engines.options import EngineOptions
 from ..evaluation.streaming import BUFFER_BATCHES, default_buffer_lines, translate_in_buffers
-from ..files import WriteError, check_input_file, describe_write_failure, machine_write_failure
+from ..files.paths import check_input_file
+from ..files.reading import split_lines, stream_text_lines
+from ..files.writing import WriteError, describe_write_failure, machine_write_failure
 from .command import parse_intermixed_args
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
@@ -84,8 +86,6 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
 def input_lines(files: Sequence[Path]) -> Iterator[str]:
     """The lines of `files`, one file after another, or of standard input, each read only when it is wanted;
     read as bytes, so that a line that is not UTF-8 is a ValueError naming it."""
-    from ..data.corpora import split_lines, stream_text_lines  # datasets: not for --help
-
     for path in files:
         with path.open("rb") as stream:
             yield from stream_text_lines(stream, str(path))

@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from transformers import FSMTConfig, FSMTForConditionalGeneration, FSMTTokenizer
 
-from ..files import check_apart, folder_written_whole
+from ..files.paths import check_apart
+from ..files.writing import folder_written_whole
 from ..quiet import no_transformers_progress_bars
 from .fairseq_options import (
     CANNOT_HOLD,

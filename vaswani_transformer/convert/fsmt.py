@@ -24,7 +24,8 @@ from transformers import AutoConfig, FSMTForConditionalGeneration, FSMTTokenizer
 from ..claims import claimed_output
 from ..evaluation.loading import check_model_name
 from ..evaluation.verification import check_finite, check_merges, merges_in, weight_files, weight_shapes
-from ..files import check_apart, check_new_or_empty, check_writable, folder_written_whole, is_local_path
+from ..files.paths import check_apart, check_new_or_empty, is_local_path
+from ..files.writing import check_writable, folder_written_whole
 from ..modeling.configuration_vaswani_transformer import ACTIVATIONS, VaswaniTransformerConfig
 from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from ..provenance import Origin, fairseq_origin, fsmt_origin, write_origin

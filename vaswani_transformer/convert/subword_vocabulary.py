@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..files import read_text_lines
+from ..files.reading import read_text_lines
 
 SPECIAL_SYMBOLS = (
     "<s>",

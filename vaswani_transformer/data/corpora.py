@@ -17,7 +17,8 @@ from datasets import Dataset, DatasetDict, DatasetInfo, Features, Translation, V
 from datasets.fingerprint import generate_random_fingerprint
 from datasets.table import InMemoryTable, MemoryMappedTable, Table
 
-from ..files import is_local_path
+from ..files.paths import is_local_path
+from ..files.reading import LINE_ENDING_HEAD, check_line_endings
 from .prepared import SIDES, TextDigest, build_once, files_key, prepared_folder, remember_digest
 
 PAIR_FEATURES = Features({"source": Value("string"), "target": Value("string")})
@@ -46,61 +47,6 @@ class LoadStats:
             f"{self.skipped_empty:,} empty, {self.skipped_malformed:,} malformed{where}, "
             f"{self.skipped_undecodable:,} undecodable"
         )
-
-
-def split_lines(text: str) -> list[str]:
-    r"""Lines of a text, split at "\n" only (as the corpus loaders split): a U+2028 or form feed inside a
-    sentence stays in it, a final newline ends the last line, "\r\n" endings lose their "\r"."""
-    return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
-
-
-LINE_ENDING_HEAD = 1 << 16  # bytes read to tell a file's line endings
-
-
-def check_line_endings(head: bytes, name: str) -> None:
-    r"""Refuse text with "\r" (old Mac) line endings, given its first bytes: a "\r" and no "\n" in them. Split at
-    "\n" only, such a file is one line, which would be one overlong sentence (a corpus then reports "raise
-    --max_length"). "\r\n" (Windows) endings are fine: every reader drops the "\r"."""
-    if b"\r" in head and b"\n" not in head:
-        raise ValueError(
-            f"{name} uses \\r (old Mac) line endings: convert them to \\n, e.g. `tr '\\r' '\\n' < {name}`."
-        )
-
-
-def _not_utf8(name: str, byte: int, line: int) -> ValueError:
-    return ValueError(
-        f"{name} is not UTF-8 text (byte 0x{byte:02x} on line {line:,}): convert it first, "
-        "e.g. with `iconv -f latin1 -t utf-8`."
-    )
-
-
-def decode_text(raw: bytes, name: str) -> str:
-    r"""UTF-8 text (a leading BOM dropped) with "\n" or "\r\n" line endings; other bytes or "\r" endings are a
-    ValueError naming `name` and the fix (for bytes: the line)."""
-    check_line_endings(raw[:LINE_ENDING_HEAD], name)
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise _not_utf8(name, raw[error.start], raw[: error.start].count(b"\n") + 1) from None
-
-
-def read_text_lines(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 text file, split as `split_lines` does; not UTF-8: a ValueError naming the file."""
-    return split_lines(decode_text(Path(path).read_bytes(), str(path)))
-
-
-def stream_text_lines(stream: BinaryIO, name: str) -> Iterator[str]:
-    """The lines of a UTF-8 byte stream, one at a time as they arrive (a pipe's line as soon as it ends), split as
-    `split_lines` splits; a line that is not UTF-8, or "\r" (old Mac) line endings, are a ValueError naming `name`,
-    raised only when the reader reaches them."""
-    for number, raw in enumerate(stream, start=1):
-        if number == 1:
-            check_line_endings(raw[:LINE_ENDING_HEAD], name)  # "\r" endings make the whole stream one line
-        try:
-            text = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a BOM can only start the stream
-        except UnicodeDecodeError as error:
-            raise _not_utf8(name, raw[error.start], number) from None
-        yield text.removesuffix("\n").removesuffix("\r")
 
 
 def _require_file(path: Path, expected: str) -> None:

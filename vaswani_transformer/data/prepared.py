@@ -24,16 +24,9 @@ from datasets.table import MemoryMappedTable
 from filelock import FileLock
 from huggingface_hub import constants
 
-from ..files import (
-    WRITE_FAILURES,
-    WriteError,
-    describe_write_failure,
-    discard_damaged_entry,
-    manifest_problem,
-    partial_path,
-    remove_stale_partials,
-    write_manifest,
-)
+from ..files.manifests import discard_damaged_entry, manifest_problem, write_manifest
+from ..files.partials import partial_path, remove_stale_partials
+from ..files.writing import WRITE_FAILURES, WriteError, describe_write_failure
 
 PREPARED_FORMAT = "3"  # bump when what a prepared folder holds, or how it is made, changes
 ARROW_BATCH = 10_000  # pairs per Arrow batch fed to the BPE trainer

@@ -17,16 +17,9 @@ from filelock import FileLock
 from huggingface_hub import constants, snapshot_download
 
 from ..evaluation.loading import check_model_name
-from ..files import (
-    WriteError,
-    describe_write_failure,
-    discard_damaged_entry,
-    folder_written_whole,
-    manifest_problem,
-    remove_stale_partials,
-    sha256_file,
-    write_manifest,
-)
+from ..files.manifests import discard_damaged_entry, manifest_problem, sha256_file, write_manifest
+from ..files.partials import remove_stale_partials
+from ..files.writing import WriteError, describe_write_failure, folder_written_whole
 from ..trust import check_remote_code, load_failure
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 
 from ..decoding.translate import BATCH_SIZE, length_sorted_batches
 from ..evaluation.loading import tokenizer_files
-from ..files import read_json
+from ..files.reading import read_json
 from ..trust import check_remote_code
 from .ctranslate2_cuda import cublas_12_problem, library_error
 from .ctranslate2_export import DECODING_FILE, EXPORT_AGAIN, import_ctranslate2

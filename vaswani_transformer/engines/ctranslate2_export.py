@@ -21,7 +21,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..claims import claimed_output
 from ..evaluation.loading import load_for_decoding
-from ..files import check_new_or_empty, folder_written_whole
+from ..files.paths import check_new_or_empty
+from ..files.writing import folder_written_whole
 from ..modeling.generation_vaswani_transformer import generation_setting, model_max_length
 from .options import CTRANSLATE2_EXTRA, WEIGHT_TYPES, check_max_positions
 

@@ -31,7 +31,8 @@ from transformers import PreTrainedModel
 
 from ..claims import claimed_output
 from ..evaluation.loading import load_for_decoding
-from ..files import check_new_or_empty, folder_written_whole
+from ..files.paths import check_new_or_empty
+from ..files.writing import folder_written_whole
 from ..modeling.modeling_vaswani_transformer import queries_per_source, rows_per_beam
 from .conversion_cache import cached_conversion, conversion_cache_dir, model_file_hashes, model_folder
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..files import check_cache_folder
+from ..files.paths import check_cache_folder
 
 ENGINES = ("torch", "onnxruntime", "ctranslate2")
 QUANTIZATIONS = ("none", "int8")

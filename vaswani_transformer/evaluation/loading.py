@@ -10,7 +10,8 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..auto import register_auto_classes
-from ..files import is_local_path, read_json
+from ..files.paths import is_local_path
+from ..files.reading import read_json
 from ..trust import check_remote_code, load_failure
 from .verification import SAVE_AGAIN, verify_model_folder, weight_files, weight_shapes
 

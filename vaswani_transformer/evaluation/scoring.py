@@ -16,7 +16,8 @@ from transformers import PreTrainedTokenizerBase
 from ..claims import claimed_output
 from ..data.tokenization import lowercases
 from ..decoding.engine import Engine
-from ..files import check_writable, file_written_whole, remove_stale_partials
+from ..files.partials import remove_stale_partials
+from ..files.writing import check_writable, file_written_whole
 from .bleu import moses_tokenize, sacre_bleu, tokenized_bleu
 from .streaming import translate_in_buffers
 

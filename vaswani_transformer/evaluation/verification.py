@@ -12,8 +12,8 @@ file and the fix:
   weights' names and shapes (config.json);
 - settings that change no shape (heads, activation, embedding scale, positions, token ids, model type) other than
   those the weights were saved with: config.json's own `architecture_fingerprint`, written whenever a config is
-  saved; for a folder saved before it, the run's train_options.json where the folder holds one; otherwise only
-  what the shapes tell (docs/hub.md);
+  saved (one without it is refused), and the run's train_options.json where the folder holds one, which names the
+  setting that differs (docs/hub.md);
 - generation settings that cannot decode (generation_config.json) and token ids outside the vocabulary;
 - an FSMT tokenizer's merges.txt that is not a list of BPE merges (`check_merges`).
 """
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ..files import read_json, read_text_lines
+from ..files.reading import read_json, read_text_lines
 from ..modeling.configuration_vaswani_transformer import (
     FINGERPRINT_KEY,
     SHAPE_FREE_SETTINGS,
@@ -177,7 +177,7 @@ def check_weights_fit_config(
 
 def run_settings(folder: Path) -> dict[str, Any] | None:
     """The shape-free settings the folder's train_options.json (written by vaswani-train) trained with, or None:
-    no such file, or one that does not say (an older or foreign record is not evidence)."""
+    no such file, or one that does not say (a foreign record is not evidence)."""
     try:
         options = json.loads((folder / "train_options.json").read_bytes())
         config = VaswaniTransformerConfig.from_preset(options["preset"], **options["config_overrides"])
@@ -190,7 +190,8 @@ def check_architecture_record(
     config_file: Path, raw: Mapping[str, Any], config: VaswaniTransformerConfig
 ) -> None:
     """The settings that change no shape are those the weights were saved with: the run's train_options.json,
-    where the folder has one, names each that differs; config.json's fingerprint catches any."""
+    where the folder has one, names each that differs; config.json's fingerprint, which every config this package
+    saves records, catches any."""
     trained = run_settings(config_file.parent)
     differing = [
         f"{name} {getattr(config, name)!r} (the run trained with {value!r})"
@@ -198,14 +199,17 @@ def check_architecture_record(
         if getattr(config, name) != value
     ]
     recorded = raw.get(FINGERPRINT_KEY)
-    if not differing and (recorded is None or recorded == config.architecture_fingerprint()):
+    if not differing and recorded == config.architecture_fingerprint():
         return
-    what = (
-        f"says {'; '.join(differing)}, as train_options.json records"
-        if differing
-        else f"has settings other than those the weights were saved with (its {FINGERPRINT_KEY} differs: one of "
-        f"{', '.join(SHAPE_FREE_SETTINGS)} was changed)"
-    )
+    if differing:
+        what = f"says {'; '.join(differing)}, as train_options.json records"
+    elif recorded is None:
+        what = f"records no {FINGERPRINT_KEY} (every config.json this package saves records one)"
+    else:
+        what = (
+            f"has settings other than those the weights were saved with (its {FINGERPRINT_KEY} differs: one of "
+            f"{', '.join(SHAPE_FREE_SETTINGS)} was changed)"
+        )
     raise ValueError(
         f"{config_file} {what}. These weights compute something else with them: {RESTORE_CONFIG}."
     )

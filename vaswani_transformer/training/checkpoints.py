@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..claims import claimed_output
-from ..files import folder_written_whole
+from ..files.writing import folder_written_whole
 
 WEIGHTS_NAME = "model.safetensors"
 

@@ -8,7 +8,7 @@ from huggingface_hub import get_token
 from huggingface_hub.utils import validate_repo_id
 from transformers.integrations import integration_utils
 
-from ..files import check_writable
+from ..files.writing import check_writable
 from .checkpoints import TRAINER_STATE_NAME, find_checkpoints, whole_checkpoints
 from .job_data import check_data_inputs, corpus_files, data_cache_folder
 from .options import TrainOptions, changed_on_resume

@@ -16,7 +16,7 @@ from ..decoding.translate import translate
 from ..engines.torch_engine import TorchEngine
 from ..evaluation.loading import load_for_decoding
 from ..evaluation.scoring import translate_and_score, write_scores
-from ..files import folder_written_whole, write_text_atomically
+from ..files.writing import folder_written_whole, write_text_atomically
 from ..hub import push_to_hub
 from ..plotting import plot_training_curve, training_losses_logged
 from .checkpoints import drop_scores, whole_checkpoints, write_average

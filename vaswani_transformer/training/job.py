@@ -22,7 +22,7 @@ from transformers import (
 )
 
 from ..data.token_arrays import TokenizedPairs, tokenize_pairs
-from ..files import write_failures_named
+from ..files.writing import write_failures_named
 from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
 from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from ..quiet import no_transformers_progress_bars

@@ -24,7 +24,6 @@ from ..data.corpora import (
     LoadStats,
     load_parallel,
     load_tatoeba,
-    read_text_lines,
     train_test_split_fixed,
 )
 from ..data.prepared import (
@@ -37,14 +36,9 @@ from ..data.prepared import (
 )
 from ..data.token_arrays import FilterStats, TokenizedPairs, write_tokenized
 from ..data.tokenization import load_tokenizer, train_bpe
-from ..files import (
-    check_apart,
-    check_cache_folder,
-    check_writable,
-    folder_written_whole,
-    is_local_path,
-    write_failures_named,
-)
+from ..files.paths import check_apart, check_cache_folder, is_local_path
+from ..files.reading import read_text_lines
+from ..files.writing import check_writable, folder_written_whole, write_failures_named
 from .options import PATH_FIELDS, TrainOptions
 from .run_folder import OPTIONS_FILE
 

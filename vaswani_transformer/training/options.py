@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from huggingface_hub.errors import StrictDataclassError
 
-from ..files import HASH_ALWAYS_BYTES
+from ..files.manifests import HASH_ALWAYS_BYTES
 from ..modeling.presets_vaswani_transformer import PRESETS
 from ..values import check_finite, check_length_penalty
 from .recipes import available_recipes, cuda_settings, load_recipe, setting_defaults
@@ -390,14 +390,22 @@ class TrainOptions:
 
 def changed_on_resume(options: TrainOptions, record: dict[str, Any]) -> list[str]:
     """Each setting of `options` that differs from a run's record (its train_options.json, as `asdict` wrote it)
-    and may not change on --resume, said as "--resume --vocab_size 400: the run was made with 300". A setting the
-    record lacks (written by an older version) cannot be compared and is left out."""
+    and may not change on --resume, said as "--resume --vocab_size 400: the run was made with 300"; one the
+    record lacks (a hand edit) as "... the run's record does not hold it"."""
     given = json.loads(json.dumps(asdict(options), default=str))  # the record's own spelling of each value
     return [
-        f"--resume --{name} {_shown(given[name])}: the run was made with {_shown(record[name])}"
+        f"--resume --{name} {_shown(given[name])}: "
+        + (
+            f"the run was made with {_shown(record[name])}"
+            if name in record
+            else "the run's record does not hold it"
+        )
         for name in given
-        if name not in MAY_CHANGE_ON_RESUME and name in record and given[name] != record[name]
+        if name not in MAY_CHANGE_ON_RESUME and record.get(name, _MISSING) != given[name]
     ]
+
+
+_MISSING = object()  # a setting a run's record does not hold
 
 
 def _shown(value: Any) -> str:

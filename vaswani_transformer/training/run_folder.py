@@ -20,7 +20,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from ..files import check_apart, write_text_atomically
+from ..files.paths import check_apart
+from ..files.writing import write_text_atomically
 from .checkpoints import whole_checkpoints
 
 logger = logging.getLogger(__name__)
@@ -28,11 +29,12 @@ logger = logging.getLogger(__name__)
 OPTIONS_FILE = "train_options.json"
 PRECISION_FILE = "training_precision.json"  # the precision the run trains in (`precision.run_precision`)
 # What a run writes at the top of its --output_dir: the only entries --overwrite may delete (with the temporary
-# names `files.write_text_atomically` gives its records, should a run be killed while writing them).
+# names `files.writing.write_text_atomically` gives its records, should a run be killed while writing them).
 RUN_FILES = (OPTIONS_FILE, PRECISION_FILE, f".{OPTIONS_FILE}.tmp", f".{PRECISION_FILE}.tmp")
-# runs/: TensorBoard's logs (--report_to); tokenized/: the tokenised pairs of runs before the data cache
-RUN_FOLDERS = ("tokenizer", "tokenized", "final", "runs")
-# .final.partial-<pid>, .tokenizer.partial-<pid>: what `files.folder_written_whole` left of a killed run
+# runs/: TensorBoard's logs (--report_to)
+RUN_FOLDERS = ("tokenizer", "final", "runs")
+# .final.partial-<host>-<pid>, .tokenizer.partial-<host>-<pid>: what `files.writing.folder_written_whole` left of a
+# killed run
 RUN_FOLDER_PATTERNS = ("checkpoint-*", "incomplete-checkpoint-*", ".final.partial-*", ".tokenizer.partial-*")
 # The lock a training holds on its folder: never deleted (a new file would let a second training lock it while
 # the first still holds the old one), never counted as the folder's content.
@@ -127,7 +129,7 @@ def check_output_dir(
 ) -> None:
     """A run folder belongs to one run: an earlier run's checkpoints must never be averaged into this one, no
     saved model or other folder is trained into, and the run's files never land on `inputs` (named as
-    `files.check_apart` names them)."""
+    `files.paths.check_apart` names them)."""
     if folder.exists() and not folder.is_dir():
         raise RunFolderError(f"--output_dir {folder} is a file: give a folder (new, empty, or a run's).")
     if (folder / MODEL_CONFIG).is_file():  # a run folder holds its models one level down, never at its top

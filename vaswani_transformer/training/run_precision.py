@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import Seq2SeqTrainingArguments
 
-from ..files import write_text_atomically
+from ..files.writing import write_text_atomically
 from ..precision import bf16_is_faster, bf16_reason
 from .options import MIXED_PRECISIONS
 from .run_folder import PRECISION_FILE, RunFolderError

@@ -13,7 +13,6 @@ its next session on (docs/training.md, "The run's record is its contract").
 
 import functools
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,11 @@ from transformers import PreTrainedTokenizerBase
 
 from ..data.corpora import TATOEBA_FILE
 from ..data.tokenization import load_tokenizer
-from ..files import is_local_path, sha256_file
+from ..files.manifests import sha256_file
+from ..files.paths import is_local_path
 from ..modeling.configuration_vaswani_transformer import PRESETS
 from .options import PATH_FIELDS, TrainOptions
-from .run_folder import OPTIONS_FILE, RunFolderError, read_run_record, write_options
-
-logger = logging.getLogger(__name__)
+from .run_folder import OPTIONS_FILE, RunFolderError, write_options
 
 CORPUS_SHA256 = "corpus_sha256"  # in train_options.json: each corpus file's SHA-256, by the setting naming it
 VOCABULARY = "vocabulary"  # in train_options.json: {"vocab_size": what it was trained to, "tokens": its size}
@@ -66,13 +64,6 @@ def _sha256_of(path: Path, *identity: int) -> str:
 def record_run(options: TrainOptions, tokenizer: PreTrainedTokenizerBase) -> None:
     """Write the run's record at the start of a session: its settings, its corpora's fingerprint and its
     vocabulary (`tokenizer`, the run folder's)."""
-    earlier = read_run_record(options.output_dir) if options.resume else None
-    if earlier is not None and CORPUS_SHA256 not in earlier:
-        logger.warning(
-            f"warning: {options.output_dir / OPTIONS_FILE} holds no fingerprint of the corpora (a run begun before "
-            "they were recorded): --resume could not check their content against the run's this time; it is "
-            "recorded now for the next."
-        )
     inputs = {
         CORPUS_SHA256: corpus_fingerprint(options),
         VOCABULARY: {"vocab_size": options.vocab_size, "tokens": len(tokenizer)},
@@ -84,15 +75,19 @@ def check_run_inputs(options: TrainOptions, record: dict[str, Any], checkpoint: 
     """--resume: the corpora, the run's vocabulary and `checkpoint`'s model config (the one it continues from)
     agree with the record, or a RunFolderError naming the file and what differs."""
     folder = options.output_dir
-    _check_corpora(options, record.get(CORPUS_SHA256), folder / OPTIONS_FILE)
-    tokens = _check_vocabulary(options, record.get(VOCABULARY), folder)
+    if missing := [key for key in (CORPUS_SHA256, VOCABULARY) if key not in record]:
+        raise RunFolderError(
+            f"--resume: {folder / OPTIONS_FILE} holds no {' or '.join(missing)} (every run's record does; this one "
+            "was edited), so the run's corpora and vocabulary cannot be checked against it. Restore it from a "
+            "copy, or start a new run with --overwrite or in another --output_dir."
+        )
+    _check_corpora(options, record[CORPUS_SHA256], folder / OPTIONS_FILE)
+    tokens = _check_vocabulary(options, record[VOCABULARY], folder)
     if checkpoint is not None:
         _check_model_config(options, checkpoint / "config.json", tokens)
 
 
-def _check_corpora(options: TrainOptions, recorded: dict[str, str] | None, record: Path) -> None:
-    if recorded is None:  # a run begun before they were recorded: `record_run` says so, and records them
-        return
+def _check_corpora(options: TrainOptions, recorded: dict[str, str], record: Path) -> None:
     files = corpus_files(options)
     for name, path in files.items():
         if name in recorded and _file_sha256(path) != recorded[name]:
@@ -104,14 +99,14 @@ def _check_corpora(options: TrainOptions, recorded: dict[str, str] | None, recor
             )
 
 
-def _check_vocabulary(options: TrainOptions, recorded: dict[str, int] | None, folder: Path) -> int | None:
+def _check_vocabulary(options: TrainOptions, recorded: dict[str, int], folder: Path) -> int | None:
     """The run's vocabulary loads and agrees with the record; its size (None when the run has none yet)."""
     if not (folder / "tokenizer").is_dir():
         return None
     tokenizer = _run_tokenizer(folder / "tokenizer")
     tokens, record = len(tokenizer), folder / OPTIONS_FILE
-    made = None if recorded is None else (recorded.get("vocab_size"), recorded.get("tokens"))
-    if made is not None and made != (options.vocab_size, tokens):
+    made = (recorded.get("vocab_size"), recorded.get("tokens"))
+    if made != (options.vocab_size, tokens):
         raise RunFolderError(
             f"--resume: {record} says vocab_size {options.vocab_size}, but the run's vocabulary "
             f"({folder / 'tokenizer'}, {tokens} tokens) was trained to --vocab_size {made[0]} "

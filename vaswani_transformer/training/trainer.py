@@ -26,7 +26,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..data.batching import BucketCollator, ShapeBuckets, TokenBudgetBatchSampler
 from ..data.token_arrays import PaddedPairBatches, TokenizedPairs, already_collated
-from ..files import write_failures_named
+from ..files.writing import write_failures_named
 from .checkpoints import checkpoint_problem, with_usual_permissions
 from .fused_loss import use_fused_loss
 from .monitoring import TrainingProgress
