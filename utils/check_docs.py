@@ -236,6 +236,7 @@ def rendered_objects() -> Iterator[tuple[str, object]]:
                 yield f"{name}.{member_name}", member
                 if inspect.isclass(member) and inspect.ismodule(target):
                     for method_name, method in vars(member).items():
+                        method = getattr(method, "__func__", method)  # a classmethod's or staticmethod's
                         if not method_name.startswith("_") and inspect.isfunction(method):
                             yield f"{name}.{member_name}.{method_name}", method
 
