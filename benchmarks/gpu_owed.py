@@ -3,9 +3,12 @@ and prints one table (item, command, status, wall seconds, the figures read from
 
     python benchmarks/gpu_owed.py                          # CUDA: the decision run, 9 minutes (below)
     python benchmarks/gpu_owed.py --items main-job         # these items (still within --budget_minutes)
-    python benchmarks/gpu_owed.py --dry_run                # anywhere: the plan, and commands that cover it all
+    python benchmarks/gpu_owed.py --dry_run                # anywhere: the plan, and what is still owed
 
-The list is ITEMS in this file (benchmarks/RESULTS.md, "Not measured yet", says to run this and shows it).
+The list is ITEMS in this file. What is owed lives here, not in benchmarks/RESULTS.md (which holds current figures
+only): MEASURED names the RESULTS rows that hold each measured item's figures, and --dry_run ends with what is
+still owed, the items RESULTS holds no figures of (with why), the commands that run them, and what is owed on
+other machines (OWED_ELSEWHERE).
 Every item has a budget, the most seconds it may run (stopped then, it counts as failed), and its place in the
 list is its priority: a run takes the items, in order, whose budgets still fit in --budget_minutes, and prints for
 each one left out its exact command and why. Items run one at a time, alone on the GPU, so that their timings do
@@ -13,7 +16,7 @@ not disturb each other. Without CUDA, or with --dry_run, nothing runs: the plan 
 budget and whether the run takes it) with a few commands of at most --budget_minutes that cover the whole list.
 Items needing more GPUs than the machine has, or a module it lacks (ctranslate2), are skipped with the reason.
 
-The default run decides the CUDA defaults (issue 53): its items, first in the list, measure side by side with
+The default run decides the CUDA defaults (docs/decisions/compiled-decoding.md): its items, first in the list, measure side by side with
 MarianMTModel the `base` training step and a short job, eager and compiled, and decoding with plain generate(),
 CUDA graphs and CTranslate2, beam 4 and greedy, at batch 64 and for one sentence; after the item table it prints
 one side-by-side table and the defaults it recommends (gpu_decision.py), also written to decision.md.
@@ -340,6 +343,77 @@ ITEMS: tuple[Item, ...] = (
 )
 
 
+# Where benchmarks/RESULTS.md holds each measured item's current figures (its rows); an item not named here is owed.
+MEASURED: dict[str, str] = {
+    "decide-training-eager": "G9",
+    "decide-training-compiled": "G9",
+    "decoding-base-bf16": "G7, G10",
+    "decoding-base-compiled-bf16": "G10",
+    "gpu-tests": "GPU, after G10",
+    "training-base-bf16": "G1",
+    "training-cpu-shapes-bf16": "G4",
+    "decoding-cpu-shapes-bf16": "G8",
+    "main-job": "Q3",
+    "multi30k": "Q6",
+    "training-base-compiled-bf16": "G2 (part a)",
+    "training-big-bf16": "G3",
+    "launcher-fp16": "GPU, after G8",
+}
+# What is still owed of a measured item, and why.
+STILL_OWED: dict[str, str] = {
+    "training-base-compiled-bf16": "its job figure: part b logged nothing for 4 minutes and was stopped at its "
+    "budget on an H200 (2026-11-27)",
+    "launcher-fp16": 'a rerun: its runner marked it "no" before the log\'s precision names were made alike '
+    "(checked on the CPU only)",
+}
+WHY_OWED: dict[str, str] = {
+    "decoding-base-ctranslate2": "CTranslate2's CUDA 12 wheels need cuBLAS 12 (`pip install nvidia-cublas-cu12`), "
+    "which the lent GPU's image (CUDA 13) lacks",
+    "training-cpu-shapes-fp32": "G4 printed its float32 rows, not run as an item",
+    "multi30k-base-peak-1e-3": "`base` at peak 1e-3 without collapse: only issue 7's h100 pair shows it",
+}
+# Owed on other machines, mostly the CPU kinds of RESULTS.md's "Machines" that no session has had since the code
+# changed: (machine, what, its commands as Markdown). A model trained there by the first command stands in for runs/tatoeba-en-de/final.
+OWED_ELSEWHERE: tuple[tuple[str, str, str], ...] = (
+    (
+        "cpu-2x",
+        "the main job, three seeds: ≥ 35 sacreBLEU within 10 minutes (34.19 on the code of 2026-11-27)",
+        "`python scripts/train.py --seed 1 --output_dir runs/main-seed1` (and seeds 0, 2)",
+    ),
+    (
+        "cpu-2x",
+        "decoding after the two-at-once fix, the compiled path and CTranslate2 in the same run (D4 is older)",
+        "`python benchmarks/bench_decoding.py --model runs/tatoeba-en-de/final --ctranslate2 --compile --profile 12`",
+    ),
+    (
+        "cpu-2x",
+        "the `small` and `tiny` training steps like for like in float32, eager and compiled (T2 and T3 rate the "
+        "bf16 default)",
+        "`python benchmarks/bench_training.py --skip_job --dtype float32`, `python benchmarks/bench_training.py "
+        "--skip_job --dtype float32 --preset tiny --length 12 --batch 128 --torch_compile`",
+    ),
+    (
+        "cpu-2",
+        "nothing slower than Q1 and D3",
+        "`python scripts/train.py`, `python benchmarks/bench_decoding.py --model runs/tatoeba-en-de/final "
+        "--ctranslate2 --compile`",
+    ),
+    ("cpu-2i", "every figure on current code", "the commands above"),
+    (
+        "a GPU",
+        "not an item: tuning Q6's `cuda:` section on val (its dev NLL is lowest at step 5,000 of 8,000)",
+        "–",
+    ),
+)
+
+
+def owed(item: Item) -> str | None:
+    """What is owed of the item (all of it when RESULTS.md holds none of its figures), or None."""
+    if item.name not in MEASURED:
+        return WHY_OWED.get(item.name, "not measured yet")
+    return STILL_OWED.get(item.name)
+
+
 @dataclass
 class Outcome:
     """What became of an item: its status, wall seconds and figures (none unless it ran)."""
@@ -395,9 +469,12 @@ def plan(items: Sequence[Item], budget_s: float, gpus: int) -> dict[str, str | N
     return fates
 
 
-def covering_commands(items: Sequence[Item], budget_s: float, gpus: int) -> list[tuple[list[Item], str]]:
+def covering_commands(
+    items: Sequence[Item], budget_s: float, gpus: int, plain: Sequence[Item] | None = None
+) -> list[tuple[list[Item], str]]:
     """Commands of this script that together run every item that can run here, each within the budget: the items,
-    in order, go into the first command with room (a unit larger than the budget gets a command of its own)."""
+    in order, go into the first command with room (a unit larger than the budget gets a command of its own).
+    `plain`: the items a command without --items plans from (default `items`)."""
     bins: list[list[Item]] = []
     for unit in units(items):
         if unrunnable(unit[0], gpus) is not None:
@@ -408,7 +485,8 @@ def covering_commands(items: Sequence[Item], budget_s: float, gpus: int) -> list
             bins.append(list(unit))
         else:
             room.extend(unit)
-    default = [item.name for item in items if plan(items, budget_s, gpus)[item.name] is None]
+    whole = items if plain is None else plain
+    default = [item.name for item in whole if plan(whole, budget_s, gpus)[item.name] is None]
     commands = []
     for members in bins:
         command = "python benchmarks/gpu_owed.py"
@@ -713,6 +791,29 @@ def print_plan(
     beyond = [item for item in ITEMS if item.gpus > gpus]
     for item in beyond:
         print(f"\nNeeds a machine with {item.gpus} GPUs: `{item.command}` ({item.name})")
+    print("\n" + owed_text(args.data_dir, budget_s, gpus))
+
+
+def owed_text(data_dir: str, budget_s: float, gpus: int) -> str:
+    """What is still owed: the items (with what RESULTS.md already holds of them and why the rest is owed), the
+    commands of this script that run them, and what is owed on the CPU kinds."""
+    items = [item for item in ITEMS if owed(item) is not None]
+    rows = [
+        [item.name, MEASURED.get(item.name, "–"), owed(item), f"`{item.command_line(data_dir)}`"]
+        for item in items
+    ]
+    commands = "\n".join(command for _, command in covering_commands(items, budget_s, gpus, plain=ITEMS))
+    cpus = markdown_table(["machine", "owed", "command"], [list(row) for row in OWED_ELSEWHERE])
+    return "\n\n".join(
+        [
+            f"Owed: {len(items)} of {len(ITEMS)} items (RESULTS.md holds the figures of the others):",
+            markdown_table(["item", "RESULTS.md rows", "owed", "command"], rows),
+            f"The owed items, in commands of at most {budget_s / 60:g} minutes:",
+            f"```bash\n{commands}\n```",
+            "Owed on other machines:",
+            cpus,
+        ]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

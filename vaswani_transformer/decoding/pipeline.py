@@ -45,9 +45,29 @@ class VaswaniTranslationPipeline(FolderPipeline):
         cuda_graphs: bool = False,
         **generate_kwargs: Any,
     ) -> torch.Tensor:
+        """The model's `generate()`, or with `cuda_graphs` its CUDA-graph decoding: the same translations.
+
+        Args:
+            input_ids: `(batch, src_len)` source ids.
+            attention_mask: `(batch, src_len)` source padding mask.
+            cuda_graphs: decode through `cuda_graphs.bucketed_generate` (CUDA graphs over a few padded shapes).
+            **generate_kwargs: `generate()`'s options for this call.
+
+        Returns:
+            `(batch · num_return_sequences, out_len)` output ids.
+        """
         if cuda_graphs:
             return bucketed_generate(self.model, input_ids, attention_mask, **generate_kwargs)
         return super().generate(input_ids, attention_mask, **generate_kwargs)
 
     def decoding_dtype(self, weights: torch.dtype, device: torch.device) -> torch.dtype:
+        """The precision of a call that names none: `translate()`'s (`precision.decoding_precision`).
+
+        Args:
+            weights: the model's parameter dtype.
+            device: where the model is.
+
+        Returns:
+            The dtype decoding computes in.
+        """
         return decoding_precision(weights, device, width=self.model.config.d_model)

@@ -36,7 +36,14 @@ class DecodingBudgetError(ValueError):
 def free_memory_bytes(device: torch.device) -> int | None:
     """Memory the device can still give: the GPU's free memory, or what the host leaves this process, the least
     of its free memory, the process's limits and its cgroup's (`memory.host_room`); None when
-    it cannot be read."""
+    it cannot be read.
+
+    Args:
+        device: the device to decode on.
+
+    Returns:
+        Bytes free for decoding, or None.
+    """
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     room = host_room()
@@ -46,7 +53,18 @@ def free_memory_bytes(device: torch.device) -> int | None:
 def decoding_bytes(config: Any, sentences: int, beams: int, source_tokens: int, new_tokens: int) -> int:
     """A generous estimate of the memory beam search holds for one batch: float32 log-probabilities over the
     vocabulary for every beam (and their copies), the growing self-attention cache (two copies while it grows),
-    the cross-attention cache and the encoder's attention scores."""
+    the cross-attention cache and the encoder's attention scores.
+
+    Args:
+        config: the model's config (`d_model`, `vocab_size`, `num_decoder_layers`, `num_heads`).
+        sentences: sentences in the batch.
+        beams: beams a sentence.
+        source_tokens: the longest source's tokens.
+        new_tokens: the most tokens a translation may take.
+
+    Returns:
+        The estimate, in bytes.
+    """
     rows, width = sentences * beams, config.d_model * 4
     vocabulary = 3 * rows * config.vocab_size * 4
     self_attention = 2 * 2 * config.num_decoder_layers * rows * (new_tokens + 1) * width
@@ -63,7 +81,18 @@ def check_decoding_budget(
     in_flight: int = 1,
 ) -> None:
     """Refuse (DecodingBudgetError) a batch whose decoding would not fit in the device's free memory, `in_flight`
-    such batches at once, before it starts, naming the settings to lower."""
+    such batches at once, before it starts, naming the settings to lower.
+
+    Args:
+        model: the model, on its device.
+        sentences: sentences in the batch.
+        source_tokens: the longest source's tokens.
+        generate_kwargs: `generate()`'s options of the call (`num_beams`, `max_new_tokens`).
+        in_flight: batches decoding at once.
+
+    Raises:
+        DecodingBudgetError: the batches would not fit.
+    """
     config, generation = model.config, model.generation_config
     beams = generate_kwargs.get("num_beams") or generation.num_beams or 1
     new_tokens = generate_kwargs.get("max_new_tokens") or source_tokens + config.max_length_offset
@@ -84,7 +113,18 @@ def check_decoding_budget(
 
 
 def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped into batches of similar length (longest first), so little padding is decoded."""
+    """Indices grouped into batches of similar length (longest first), so little padding is decoded.
+
+    Args:
+        lengths: each sentence's token count.
+        batch_size: sentences a batch, at least 1.
+
+    Returns:
+        The batches, each a list of indices into `lengths`.
+
+    Raises:
+        ValueError: `batch_size` below 1.
+    """
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}.")
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
@@ -94,7 +134,16 @@ def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[
 def batch_size_within_budget(
     model: PreTrainedModel, encodings: list[list[int]], generate_kwargs: dict[str, Any]
 ) -> int:
-    """`BATCH_SIZE` sentences, halved until a batch of the longest sources fits in memory (at least one)."""
+    """`BATCH_SIZE` sentences, halved until a batch of the longest sources fits in memory (at least one).
+
+    Args:
+        model: the model, on its device.
+        encodings: the sources' token ids.
+        generate_kwargs: `generate()`'s options of the call.
+
+    Returns:
+        The batch size.
+    """
     longest = max(len(ids) for ids in encodings)
     batch_size = min(BATCH_SIZE, len(encodings))
     while batch_size > 1:
@@ -114,6 +163,17 @@ def decoding_workers(device: torch.device, batches: int, workers: int | None = N
     batch does nearly as fast as two; two batches at once, each on half of the threads, keep both cores busy
     while the other batch is in Python (more sentences a second, the same translations;
     docs/decisions/decoding-batches.md). GPUs run one batch at a time (one stream).
+
+    Args:
+        device: the device to decode on.
+        batches: how many batches there are.
+        workers: the caller's choice, or None.
+
+    Returns:
+        The number of batches to decode at once, at most `batches` (and at least 1).
+
+    Raises:
+        ValueError: `workers` below 1.
     """
     if workers is not None:
         if workers < 1:
@@ -142,7 +202,21 @@ def workers_within_budget(
 ) -> int:
     """`workers`, or one where that many batches at once would not fit in memory and the count was not `chosen`;
     refused (DecodingBudgetError) when not even one fits. The first batch holds the longest sources, so a budget
-    it breaks is found before any decoding."""
+    it breaks is found before any decoding.
+
+    Args:
+        model: the model, on its device.
+        first_batch: the token ids of the first batch's sources.
+        generate_kwargs: `generate()`'s options of the call.
+        workers: the batches to decode at once.
+        chosen: whether the caller chose `workers` (then it is not lowered).
+
+    Returns:
+        The batches to decode at once.
+
+    Raises:
+        DecodingBudgetError: not even one batch fits, or the chosen count does not.
+    """
     budget = (model, len(first_batch), max(len(ids) for ids in first_batch), generate_kwargs)
     try:
         check_decoding_budget(*budget, in_flight=workers)
@@ -177,7 +251,16 @@ def decoded_batches(
 
     `stop` is set by the first error in a worker and whenever this generator ends early, by an error or by Ctrl-C
     in this thread: batches not started are skipped, those under way end at their next step and are never handed
-    on, so that a KeyboardInterrupt ends translation at once instead of after every batch under way."""
+    on, so that a KeyboardInterrupt ends translation at once instead of after every batch under way.
+
+    Args:
+        batches: the batches, as lists of sentence indices.
+        decode: a batch's translations, given the batch and the stop event (None in this thread).
+        workers: batches decoded at once.
+
+    Yields:
+        Each batch with its translations, in the order they finish.
+    """
     if workers == 1:
         for batch in batches:
             yield batch, decode(batch, None)
@@ -232,23 +315,41 @@ def translate(
 ) -> str | list[str]:
     """Translate `texts` and return the translations in input order (one string for one string).
 
-    Blank sources (nothing but whitespace) give empty translations. Decoding uses the model's generation config
-    (for this package: beam 4, GNMT length penalty α = 0.6 or the α a training run saved, output limit = source
-    length + 50, §6.1) unless `generate_kwargs` override it; a count below one or a negative length is a
-    ValueError before any decoding. It computes in `dtype`, by default `precision.decoding_precision`'s: bfloat16
-    autocast for float32 weights on a CPU or GPU that computes bfloat16 faster at this model's width (its
-    d_model), else the weights' dtype; `dtype=torch.float32` keeps float32 weights in float32.
-    Sources longer than the model's position table are cut to it (`cap_source_lengths`, with a warning). Batches
-    hold `batch_size` sentences, by default `BATCH_SIZE` or fewer where a batch of the longest sources would not
-    fit in memory (`batch_size_within_budget`); a batch that would not fit is refused before it decodes
-    (`check_decoding_budget`). `workers` batches decode at once (`decoded_batches`; default `decoding_workers`: two
-    on a multi-core CPU, one when two would not fit in memory). `on_batch` is called with each decoded batch's
-    sentence count, as it finishes (a caller's own progress: `vaswani-translate` counts lines over many calls).
-    `cuda_graphs=True` decodes one batch at a time through a compiled step over a static cache, each batch padded
-    up to a few shapes (`cuda_graphs.bucketed_generate`): CUDA graphs on a GPU, the same
-    translations. `split_sentences` (True: by the source language the model's folder records; or a language code)
-    translates each text sentence by sentence and joins the translations with the text's own spacing, as
-    `vaswani-serve` and `vaswani-translate --split_sentences` do (sentences.py, sentencex).
+    Blank sources (nothing but whitespace) give empty translations. Decoding uses the model's generation config (for
+    this package: beam 4, GNMT length penalty α = 0.6 or the α a training run saved, output limit = source length +
+    50, §6.1) unless `generate_kwargs` override it. Sources longer than the model's position table are cut to it
+    (`cap_source_lengths`, with a warning).
+
+    Args:
+        texts: one text, or a sequence of them.
+        model: the translation model (this package's, or any seq2seq model with `generate()`).
+        tokenizer: its tokenizer.
+        batch_size: sentences a batch; default `BATCH_SIZE`, or fewer where a batch of the longest sources would not
+            fit in memory (`batch_size_within_budget`). A batch that would not fit is refused before it decodes
+            (`check_decoding_budget`).
+        show_progress: show a progress bar over the batches.
+        dtype: the precision decoding computes in; default `precision.decoding_precision`'s: bfloat16 autocast for
+            float32 weights on a CPU or GPU that computes bfloat16 faster at this model's width (its d_model), else
+            the weights' dtype. `torch.float32` keeps float32 weights in float32.
+        workers: batches decoded at once (`decoded_batches`); default `decoding_workers`: two on a multi-core CPU,
+            one when two would not fit in memory.
+        on_batch: called with each decoded batch's sentence count as it finishes (a caller's own progress:
+            `vaswani-translate` counts lines over many calls).
+        cuda_graphs: decode one batch at a time through a compiled step over a static cache, each batch padded up to
+            a few shapes (`cuda_graphs.bucketed_generate`): CUDA graphs on a GPU, the same translations.
+        split_sentences: True (by the source language the model's folder records) or a language code: translate each
+            text sentence by sentence and join the translations with the text's own spacing, as `vaswani-serve` and
+            `vaswani-translate --split_sentences` do (sentences.py, sentencex).
+        **generate_kwargs: `generate()`'s options, overriding the model's generation config (`num_beams=1`,
+            `max_new_tokens=...`).
+
+    Returns:
+        The translation of `texts` (a string), or their translations in input order (a list).
+
+    Raises:
+        ValueError: a count below one or a negative length in `generate_kwargs`, or `num_return_sequences` other
+            than 1 (the `vaswani-translation` pipeline returns several).
+        DecodingBudgetError: a batch that would not fit in the device's free memory.
     """
     options = dict(batch_size=batch_size, show_progress=show_progress, dtype=dtype, workers=workers)
     options.update(on_batch=on_batch, cuda_graphs=cuda_graphs, **generate_kwargs)

@@ -157,7 +157,19 @@ class VaswaniTransformerConfig(PreTrainedConfig):
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> "VaswaniTransformerConfig":
-        """A config for one of the paper's named configurations, e.g. `from_preset("big", vocab_size=37000)`."""
+        """A config for one of the paper's named configurations, e.g. `from_preset("big", vocab_size=37000)`.
+
+        Args:
+            name: a key of `PRESETS`: "base" and "big" (Table 3), its rows' variants ("base-h1", ...), or the
+                smaller "small" and "tiny".
+            **overrides: fields set on top of the preset's.
+
+        Returns:
+            The config.
+
+        Raises:
+            ValueError: an unknown preset.
+        """
         if name not in PRESETS:
             raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(PRESETS)}.")
         return cls(**{**PRESETS[name], **overrides})

@@ -60,7 +60,16 @@ def model_max_length(generation_config: GenerationConfig) -> int | None:
 
 
 def length_penalty(kind: str, alpha: float, length: int) -> float:
-    """lp(Y) for a hypothesis of `length` tokens: GNMT's ((5 + |Y|) / 6)^α, or transformers' |Y|^α ("hf")."""
+    """lp(Y) for a hypothesis of `length` tokens: GNMT's ((5 + |Y|) / 6)^α, or transformers' |Y|^α ("hf").
+
+    Args:
+        kind: "gnmt" or "hf".
+        alpha: α.
+        length: |Y|, the generated tokens.
+
+    Returns:
+        lp(Y).
+    """
     return ((5 + length) / 6) ** alpha if kind == "gnmt" else float(length) ** alpha
 
 
@@ -69,10 +78,16 @@ def top_continuations(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The k best (score, beam, token) of each sentence, score = a beam's score + the token's log-probability.
 
-    log_probs: (sentences · beams, vocabulary); beam_scores: (sentences, beams). Returns three (sentences, k)
-    tensors, best first. A top-k over the (sentences, beams · vocabulary) sums is slow on a CPU at that width, so
-    it runs in two stages: the k best 64-wide blocks by their maxima, then the k best scores inside them. The k best
+    A top-k over the (sentences, beams · vocabulary) sums is slow on a CPU at that width, so it runs in two stages: the k best 64-wide blocks by their maxima, then the k best scores inside them. The k best
     scores lie in the k best blocks (a block holding one is beaten by fewer than k blocks): the same choice.
+
+    Args:
+        log_probs: `(sentences · beams, vocab_size)` this step's log-probabilities.
+        beam_scores: `(sentences, beams)` the running beams' scores.
+        k: the continuations to keep per sentence.
+
+    Returns:
+        Scores, beams and tokens of the continuations, each `(sentences, k)`, best first.
     """
     sentences, num_beams = beam_scores.shape
     vocab_size = log_probs.shape[-1]
@@ -338,7 +353,20 @@ def paper_beam_search(
     """§6.1 beam search (module docstring) as `generate()`'s `custom_generate`: `input_ids` (sentences · beams,
     prompt) and `model_kwargs` as generate() prepared them. Returns the best `num_return_sequences` of each
     sentence, (sentences · num_return_sequences, length), padded after their end; with `return_dict_in_generate`,
-    transformers' beam output (sequences_scores, scores, beam_indices, attentions as asked)."""
+    transformers' beam output (sequences_scores, scores, beam_indices, attentions as asked).
+
+    Args:
+        model: the model decoding.
+        input_ids: `(sentences · beams, prompt_len)` decoder prompts.
+        logits_processor: transformers' logits processors, applied to each step's log-probabilities.
+        stopping_criteria: transformers' stopping criteria.
+        generation_config: the call's settings (beams, length penalty, early stopping, ...).
+        synced_gpus: step with the other processes until all are done (DeepSpeed ZeRO-3, FSDP).
+        **model_kwargs: what generate() prepared: `encoder_outputs`, `attention_mask`, the cache.
+
+    Returns:
+        `(sentences · num_return_sequences, length)` output ids, or transformers' `GenerateBeamEncoderDecoderOutput`.
+    """
     settings = generation_config
     end_ids = settings.eos_token_id if isinstance(settings.eos_token_id, list) else [settings.eos_token_id]
     request = Request(
@@ -508,6 +536,16 @@ class VaswaniTransformerGenerationMixin(GenerationMixin):
         writes into the generation config after its first generated batch. A call's `max_new_tokens` takes
         precedence over the model's `max_length`, without transformers' warning. Beam search (`num_beams` > 1, no
         sampling, no streamer) runs `paper_beam_search`.
+
+        Args:
+            inputs: `(batch, src_len)` source ids (or pass `input_ids=`).
+            generation_config: a `GenerationConfig` for this call instead of the model's, or None.
+            **kwargs: `GenerationMixin.generate`'s: `attention_mask` `(batch, src_len)`, generation settings
+                (`num_beams`, `length_penalty`, `max_new_tokens`, ...), `return_dict_in_generate`, ...
+
+        Returns:
+            `(batch · num_return_sequences, out_len)` output ids, `<s>` first, padded after their end; with
+            `return_dict_in_generate`, transformers' output object holding them.
         """
         model_settings = self.generation_config
         limits = [kwargs.get(name) for name in ("max_length", "max_new_tokens")]

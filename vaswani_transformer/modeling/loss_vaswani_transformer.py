@@ -16,7 +16,16 @@ def per_token(
 ) -> torch.Tensor:
     """The summed loss divided by the token count: the Trainer's `num_items_in_batch` (all target tokens of the
     accumulated batch) when given, so that accumulating 2 batches of B equals one batch of 2B; otherwise this
-    batch's non-ignored tokens."""
+    batch's non-ignored tokens.
+
+    Args:
+        loss: the summed loss, a scalar.
+        labels: `(batch, tgt_len)` target ids, -100 where ignored.
+        num_items_in_batch: the token count to divide by, or None for this batch's.
+
+    Returns:
+        The loss per token, a scalar.
+    """
     if num_items_in_batch is None:
         num_items_in_batch = (labels != -100).sum().clamp(min=1)
     if isinstance(num_items_in_batch, torch.Tensor):
@@ -30,7 +39,17 @@ def label_smoothed_loss(
     label_smoothing: float,
     num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Label-smoothed cross-entropy per token (label_smoothing 0: the plain negative log-likelihood)."""
+    """Label-smoothed cross-entropy per token (label_smoothing 0: the plain negative log-likelihood).
+
+    Args:
+        logits: `(batch, tgt_len, vocab_size)`, in any precision (computed in float32).
+        labels: `(batch, tgt_len)` target ids, -100 where ignored.
+        label_smoothing: ε_ls, 0 to 1.
+        num_items_in_batch: the token count to divide by (`per_token`), or None for this batch's.
+
+    Returns:
+        The loss per token, a float32 scalar.
+    """
     loss = nn.functional.cross_entropy(
         logits.float().reshape(-1, logits.shape[-1]),
         labels.reshape(-1),
@@ -56,14 +75,28 @@ class VaswaniTransformerLossMixin:
         label_smoothing: float | None = None,
     ) -> torch.Tensor:
         """§5.4 label smoothing (ε_ls = config.label_smoothing unless given; 0: the plain negative
-        log-likelihood) per target token (`per_token`)."""
+        log-likelihood) per target token (`per_token`).
+
+        Args:
+            logits: `(batch, tgt_len, vocab_size)`.
+            labels: `(batch, tgt_len)` target ids, -100 where ignored.
+            num_items_in_batch: the token count to divide by, or None for this batch's.
+            label_smoothing: ε_ls instead of the config's, or None.
+
+        Returns:
+            The loss per token, a float32 scalar.
+        """
         smoothing = self.config.label_smoothing if label_smoothing is None else label_smoothing
         return label_smoothed_loss(logits, labels, smoothing, num_items_in_batch)
 
     def fuses_loss(self) -> bool:
         """Whether a forward with labels takes the fused loss: one is set, `config.fused_loss`, training with
         gradients, a plain lm_head. Not while torch.compile traces (the compiler fuses the logits path itself),
-        nor when lm_head was wrapped (e.g. by an adapter), whose own forward the fused loss would bypass."""
+        nor when lm_head was wrapped (e.g. by an adapter), whose own forward the fused loss would bypass.
+
+        Returns:
+            True where `forward` computes the loss with `fused_loss`.
+        """
         return (
             self.fused_loss_function is not None
             and self.config.fused_loss
@@ -76,7 +109,16 @@ class VaswaniTransformerLossMixin:
     def fused_loss(
         self, hidden_states: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None
     ) -> torch.Tensor:
-        """`label_smoothed_loss(self.lm_head(hidden_states), labels, …)`, never holding the logits."""
+        """`label_smoothed_loss(self.lm_head(hidden_states), labels, …)`, never holding the logits.
+
+        Args:
+            hidden_states: `(batch, tgt_len, d_model)`, the decoder's output.
+            labels: `(batch, tgt_len)` target ids, -100 where ignored.
+            num_items_in_batch: the token count to divide by, or None for this batch's.
+
+        Returns:
+            The loss per token, a float32 scalar.
+        """
         smoothing = self.config.label_smoothing
         return self.fused_loss_function(
             hidden_states, self.lm_head.weight, labels, smoothing, num_items_in_batch

@@ -72,6 +72,14 @@ class VaswaniTransformerSinusoidalPositionalEncoding(nn.Module):
         return (1.0 / 10000.0**exponents).float()
 
     def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """The encodings of the given positions (§3.5).
+
+        Args:
+            position_ids: `(..., seq_len)` positions, counted from 0 (`offset` is added here).
+
+        Returns:
+            `(..., seq_len, d_model)` float32 encodings.
+        """
         angles = (position_ids + self.offset).float().unsqueeze(-1) * self.inv_freq  # (..., len, d_model / 2)
         if self.layout == "halves":
             return torch.cat((angles.sin(), angles.cos()), dim=-1)  # (..., seq_len, d_model)
@@ -86,6 +94,17 @@ class VaswaniTransformerLearnedPositionalEmbedding(nn.Embedding):
         self.max_positions, self.offset = max_positions, offset
 
     def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """The learned embeddings of the given positions.
+
+        Args:
+            position_ids: `(..., seq_len)` positions, counted from 0, each below `max_positions`.
+
+        Returns:
+            `(..., seq_len, d_model)` embeddings.
+
+        Raises:
+            ValueError: a position at or beyond `max_positions`.
+        """
         if position_ids.max() >= self.max_positions:
             raise ValueError(
                 f"Position {int(position_ids.max())} exceeds max_position_embeddings={self.max_positions} of the "
@@ -106,7 +125,22 @@ def eager_attention_forward(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q K^T / sqrt(d_k)) V, and the weights. transformers gives sdpa no mask for an unpadded causal batch
-    (its `is_causal` masks), so a causal module with several queries and no mask masks the future here too."""
+    (its `is_causal` masks), so a causal module with several queries and no mask masks the future here too.
+
+    Args:
+        module: the attention module (its `config.fast_path`, `training` and `is_causal` are read).
+        query: `(batch, heads, tgt_len, d_k)`.
+        key: `(batch, heads, src_len, d_k)`.
+        value: `(batch, heads, src_len, d_v)`.
+        attention_mask: boolean (True: attend) or additive, broadcastable to `(batch, heads, tgt_len, src_len)`;
+            None for no mask.
+        scaling: the factor of the scores, 1 / sqrt(d_k).
+        dropout: the attention dropout's probability (0 outside training).
+        **kwargs: what transformers' attention interface passes on; ignored here.
+
+    Returns:
+        The output, `(batch, tgt_len, heads, d_v)`, and the weights, `(batch, heads, tgt_len, src_len)`.
+    """
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (batch, heads, tgt_len, src_len)
     if attention_mask is None and getattr(module, "is_causal", False) and query.shape[2] > 1:
         attention_mask = query.new_ones(query.shape[2], key.shape[2], dtype=torch.bool).tril()
@@ -207,6 +241,20 @@ class VaswaniTransformerAttention(nn.Module):
         past_key_values: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Multi-head attention of `hidden_states` over itself (self-attention) or over `key_value_states`.
+
+        Args:
+            hidden_states: `(batch, tgt_len, d_model)`, the queries' states.
+            key_value_states: `(sources, src_len, d_model)`, the encoder's output for cross-attention (`sources` is
+                `batch` or, while beams share their sentence's source, `batch / beams`); None for self-attention.
+            attention_mask: the mask of `eager_attention_forward` (or of the configured kernel); None for none.
+            past_key_values: the decoding cache, updated in place; None outside decoding.
+            **kwargs: transformers' attention options (`output_attentions`, ...).
+
+        Returns:
+            The output, `(batch, tgt_len, d_model)`, and the weights, `(batch, heads, tgt_len, src_len)`, or None where
+            the kernel gives none (sdpa, flash attention).
+        """
         is_cross_attention = key_value_states is not None
         query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (batch, heads, tgt_len, d_k)
         kv_states = key_value_states if is_cross_attention else hidden_states
@@ -238,6 +286,14 @@ class VaswaniTransformerFeedForward(nn.Module):
         self.activation_dropout = dropout_module(config.activation_dropout, config.fast_path)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """FFN(x), position by position.
+
+        Args:
+            hidden_states: `(batch, len, d_model)`.
+
+        Returns:
+            `(batch, len, d_model)`.
+        """
         hidden_states = self.activation_fn(self.fc1(hidden_states))  # (batch, len, d_ff)
         return self.fc2(self.activation_dropout(hidden_states))  # (batch, len, d_model)
 
@@ -262,6 +318,16 @@ class VaswaniTransformerEncoderLayer(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
+        """One encoder layer: self-attention, then the feed-forward network, each post-norm.
+
+        Args:
+            hidden_states: `(batch, src_len, d_model)`.
+            attention_mask: the source's padding mask as the attention kernel takes it, or None.
+            **kwargs: transformers' attention options.
+
+        Returns:
+            `(batch, src_len, d_model)`.
+        """
         attended, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
         hidden_states = self.self_attn_layer_norm(hidden_states + self.dropout(attended))
         transformed = self.feed_forward(hidden_states)
@@ -290,6 +356,20 @@ class VaswaniTransformerDecoderLayer(GradientCheckpointingLayer):
         past_key_values: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
+        """One decoder layer: masked self-attention, encoder-decoder attention, the feed-forward network.
+
+        Args:
+            hidden_states: `(batch, tgt_len, d_model)`.
+            attention_mask: the causal (and padding) mask of the target, or None.
+            encoder_hidden_states: `(sources, src_len, d_model)`, the encoder's output (`sources` is `batch`, or
+                `batch / beams` while beams share their source).
+            encoder_attention_mask: the source's padding mask for cross-attention, or None.
+            past_key_values: the decoding cache, updated in place; None outside decoding.
+            **kwargs: transformers' attention options.
+
+        Returns:
+            `(batch, tgt_len, d_model)`.
+        """
         attended, _ = self.self_attn(
             hidden_states, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs
         )
@@ -422,6 +502,21 @@ class VaswaniTransformerEncoder(VaswaniTransformerStack):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
+        """The source's encoding: scaled embeddings plus positions through the N encoder layers.
+
+        Args:
+            input_ids: `(batch, src_len)` source token ids; or `inputs_embeds` instead.
+            attention_mask: `(batch, src_len)`, 1 for real tokens and 0 for padding; None for none.
+            inputs_embeds: `(batch, src_len, d_model)` embeddings, unscaled (× sqrt(d_model) is applied here).
+            **kwargs: transformers' options (`output_attentions`, `output_hidden_states`, ...).
+
+        Returns:
+            `BaseModelOutput` with `last_hidden_state` `(batch, src_len, d_model)` (and the hidden states and attention
+            weights asked for).
+
+        Raises:
+            ValueError: both or neither of `input_ids` and `inputs_embeds`.
+        """
         inputs_embeds = self._scaled_embeddings(input_ids, inputs_embeds)
         # Positions count real tokens only, so left- and right-padded batches see the same positions.
         if attention_mask is not None:
@@ -464,6 +559,24 @@ class VaswaniTransformerDecoder(VaswaniTransformerStack):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
+        """The target's states given the source's encoding: N layers of masked self-attention and encoder-decoder attention.
+
+        Args:
+            input_ids: `(batch, tgt_len)` target token ids so far (one position a step while decoding with a cache); or
+                `inputs_embeds` instead.
+            attention_mask: `(batch, past_len + tgt_len)` target padding mask, or None.
+            encoder_hidden_states: `(sources, src_len, d_model)`, the encoder's output.
+            encoder_attention_mask: `(sources, src_len)` source padding mask, or None.
+            past_key_values: the decoding cache (`EncoderDecoderCache`), updated in place; None to start one when
+                `use_cache`.
+            inputs_embeds: `(batch, tgt_len, d_model)` embeddings, unscaled.
+            use_cache: keep a cache of keys and values for the next step.
+            **kwargs: transformers' options (`output_attentions`, `output_hidden_states`, ...).
+
+        Returns:
+            `BaseModelOutputWithPastAndCrossAttentions` with `last_hidden_state` `(batch, tgt_len, d_model)` and the
+            cache.
+        """
         past_key_values = take_cache(past_key_values, kwargs)
         if use_cache and past_key_values is None:  # decoding: keys and values of self- and cross-attention
             past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
@@ -506,7 +619,16 @@ class VaswaniTransformerDecoder(VaswaniTransformerStack):
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Decoder inputs for teacher forcing: <s> y_1 … y_{n-1}, with ignored (-100) labels turned into padding."""
+    """Decoder inputs for teacher forcing: <s> y_1 … y_{n-1}, with ignored (-100) labels turned into padding.
+
+    Args:
+        labels: `(batch, tgt_len)` target ids, -100 where ignored.
+        pad_token_id: the padding id that replaces -100.
+        decoder_start_token_id: the first decoder input.
+
+    Returns:
+        `(batch, tgt_len)` decoder input ids.
+    """
     shifted = labels.new_full(labels.shape, pad_token_id)
     shifted[:, 1:] = labels[:, :-1]
     shifted[:, 0] = decoder_start_token_id
@@ -529,9 +651,19 @@ class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
+        """The shared token embedding (§3.4).
+
+        Returns:
+            The `(vocab_size, d_model)` embedding both stacks use.
+        """
         return self.encoder.embed_tokens
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
+        """Replace the shared token embedding of the encoder and the decoder at once.
+
+        Args:
+            value: the new `(vocab_size, d_model)` embedding, set on both stacks.
+        """
         self.encoder.embed_tokens = self.decoder.embed_tokens = value
 
     @can_return_tuple
@@ -548,6 +680,25 @@ class VaswaniTransformerModel(VaswaniTransformerPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
+        """Encode the source (unless `encoder_outputs` is given) and decode the target.
+
+        Args:
+            input_ids: `(batch, src_len)` source ids; not needed with `encoder_outputs`.
+            attention_mask: `(batch, src_len)` source padding mask (1 real, 0 padding), or None.
+            decoder_input_ids: `(batch, tgt_len)` decoder inputs (`<s> y_1 … y_{n-1}` in training).
+            decoder_attention_mask: `(batch, tgt_len)` target padding mask, or None.
+            encoder_outputs: the encoder's output of an earlier call (its `last_hidden_state` `(batch, src_len,
+                d_model)`), to skip encoding.
+            past_key_values: the decoding cache, updated in place, or None.
+            inputs_embeds: `(batch, src_len, d_model)` source embeddings instead of `input_ids`.
+            decoder_inputs_embeds: `(batch, tgt_len, d_model)` target embeddings instead of `decoder_input_ids`.
+            use_cache: keep the decoder's keys and values for the next step.
+            **kwargs: transformers' options (`output_attentions`, `output_hidden_states`, `return_dict`, ...).
+
+        Returns:
+            `Seq2SeqModelOutput`: `last_hidden_state` `(batch, tgt_len, d_model)`, `encoder_last_hidden_state`
+            `(batch, src_len, d_model)`, the cache and the hidden states and attentions asked for.
+        """
         past_key_values = take_cache(past_key_values, kwargs)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
@@ -597,11 +748,25 @@ class VaswaniTransformerForConditionalGeneration(
         self.generation_config.update(num_beams=4, length_penalty=0.6, early_stopping=True)
 
     def save_pretrained(self, save_directory: Any, *args: Any, **kwargs: Any) -> None:
-        """As saved before, with the decoding settings as generation reads them (not transformers' fallbacks)."""
+        """As saved before, with the decoding settings as generation reads them (not transformers' fallbacks).
+
+        Args:
+            save_directory: the folder to write (made if missing).
+            *args: `PreTrainedModel.save_pretrained`'s.
+            **kwargs: `PreTrainedModel.save_pretrained`'s.
+        """
         with self.settings_as_generation_reads_them():
             super().save_pretrained(save_directory, *args, **kwargs)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing's decoder inputs for `labels` (what `DataCollatorForSeq2Seq` asks the model for).
+
+        Args:
+            labels: `(batch, tgt_len)` target ids, -100 where ignored.
+
+        Returns:
+            `(batch, tgt_len)` decoder input ids: `shift_tokens_right` with the config's ids.
+        """
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @can_return_tuple
@@ -620,6 +785,28 @@ class VaswaniTransformerForConditionalGeneration(
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
+        """Next-token logits through the tied softmax (§3.4), and the loss when `labels` are given.
+
+        Args:
+            input_ids: `(batch, src_len)` source ids; not needed with `encoder_outputs`.
+            attention_mask: `(batch, src_len)` source padding mask (1 real, 0 padding), or None.
+            decoder_input_ids: `(batch, tgt_len)` decoder inputs; made from `labels` when None.
+            decoder_attention_mask: `(batch, tgt_len)` target padding mask, or None.
+            encoder_outputs: the encoder's output of an earlier call, to skip encoding.
+            past_key_values: the decoding cache, updated in place, or None.
+            inputs_embeds: `(batch, src_len, d_model)` source embeddings instead of `input_ids`.
+            decoder_inputs_embeds: `(batch, tgt_len, d_model)` target embeddings instead of `decoder_input_ids`.
+            labels: `(batch, tgt_len)` target ids, -100 where ignored: the loss is computed (label-smoothed in
+                training, §5.4; the plain negative log-likelihood per token in eval mode) and no cache is kept.
+            use_cache: keep the decoder's keys and values for the next step.
+            num_items_in_batch: the number of target tokens the loss is normalised by (the Trainer's count over
+                accumulated batches); None: this batch's.
+            **kwargs: transformers' options (`output_attentions`, `output_hidden_states`, `return_dict`, ...).
+
+        Returns:
+            `Seq2SeqLMOutput`: `loss` (a scalar, with `labels`), `logits` `(batch, tgt_len, vocab_size)` (None where the
+            fused loss computed the loss without them), the cache and the hidden states and attentions asked for.
+        """
         past_key_values = take_cache(past_key_values, kwargs)
         if labels is not None:
             use_cache = False

@@ -23,7 +23,14 @@ NOT_NEGATIVE = ("max_length", "max_new_tokens", "min_length", "min_new_tokens")
 
 def check_generate_arguments(generate_kwargs: dict[str, Any]) -> None:
     """Refuse (ValueError, naming the argument) a count below one or a negative length, before any decoding:
-    inside the search they fail far from the call (num_beams=0 divides by zero)."""
+    inside the search they fail far from the call (num_beams=0 divides by zero).
+
+    Args:
+        generate_kwargs: the keyword arguments meant for `generate()`.
+
+    Raises:
+        ValueError: `num_beams` or `num_return_sequences` below 1, or a negative length.
+    """
     for name, lowest in [(name, 1) for name in AT_LEAST_ONE] + [(name, 0) for name in NOT_NEGATIVE]:
         value = generate_kwargs.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < lowest):
@@ -32,7 +39,15 @@ def check_generate_arguments(generate_kwargs: dict[str, Any]) -> None:
 
 def default_decoding_dtype(weights: torch.dtype, device: torch.device) -> torch.dtype:
     """What decoding computes in unless asked: bfloat16 (autocast) for float32 weights on a CUDA GPU that supports
-    it, else the weights' own dtype (docs/decisions/automatic-bf16.md)."""
+    it, else the weights' own dtype (docs/decisions/automatic-bf16.md).
+
+    Args:
+        weights: the model's parameter dtype.
+        device: where the model is.
+
+    Returns:
+        The dtype decoding computes in.
+    """
     bf16_gpu = device.type == "cuda" and torch.cuda.is_bf16_supported()
     return torch.bfloat16 if weights == torch.float32 and bf16_gpu else weights
 
@@ -40,7 +55,14 @@ def default_decoding_dtype(weights: torch.dtype, device: torch.device) -> torch.
 def as_pipeline_inputs(inputs: Any) -> Any:
     """`inputs` as transformers' pipelines take them: a string, a list, a generator or a torch Dataset (such as
     `KeyDataset`) as it is; any other sized iterable of strings (a datasets `Column`, a tuple) as a list; any
-    other iterator as a generator, translated as it is read."""
+    other iterator as a generator, translated as it is read.
+
+    Args:
+        inputs: a sentence, or sentences in any iterable.
+
+    Returns:
+        The same sentences in a form transformers' `Pipeline.__call__` accepts.
+    """
     if isinstance(inputs, str | bytes | list | Mapping | types.GeneratorType | torch.utils.data.Dataset):
         return inputs
     if isinstance(inputs, Sized) and isinstance(inputs, Iterable):
@@ -92,6 +114,18 @@ class VaswaniTranslationPipeline(Pipeline):
         return ({} if truncation is None else {"truncation": truncation}), forward, postprocess
 
     def preprocess(self, text: str, truncation: bool = False) -> dict[str, torch.Tensor]:
+        """One sentence's token ids and mask.
+
+        Args:
+            text: one sentence.
+            truncation: cut it to the model's `max_position_embeddings` tokens.
+
+        Returns:
+            `{"input_ids", "attention_mask"}`, each `(1, src_len)`.
+
+        Raises:
+            TypeError: `text` is not a string.
+        """
         if not isinstance(text, str):
             raise TypeError(f"{PIPELINE_TASK} translates strings, got {type(text).__name__}.")
         limit = (
@@ -105,7 +139,16 @@ class VaswaniTranslationPipeline(Pipeline):
     def generate(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **generate_kwargs: Any
     ) -> torch.Tensor:
-        """The model's `generate()`; a subclass may decode otherwise (the package's: through CUDA graphs)."""
+        """The model's `generate()`; a subclass may decode otherwise (the package's: through CUDA graphs).
+
+        Args:
+            input_ids: `(batch, src_len)` source ids.
+            attention_mask: `(batch, src_len)` source padding mask.
+            **generate_kwargs: `generate()`'s options for this call.
+
+        Returns:
+            `(batch · num_return_sequences, out_len)` output ids.
+        """
         return self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
 
     def _forward(
@@ -135,7 +178,15 @@ class VaswaniTranslationPipeline(Pipeline):
         return {"output_ids": output_ids}
 
     def decoding_dtype(self, weights: torch.dtype, device: torch.device) -> torch.dtype:
-        """The precision of a call that names none (`default_decoding_dtype`)."""
+        """The precision of a call that names none (`default_decoding_dtype`).
+
+        Args:
+            weights: the model's parameter dtype.
+            device: where the model is.
+
+        Returns:
+            The dtype decoding computes in.
+        """
         return default_decoding_dtype(weights, device)
 
     def postprocess(
@@ -146,7 +197,17 @@ class VaswaniTranslationPipeline(Pipeline):
         **decoding: Any,
     ) -> dict[str, Any] | list[dict[str, Any]]:
         """One sentence's translation, or the list of them when `num_return_sequences` asks for several: its text
-        and (`return_tensors`) its token ids, as transformers 4's translation pipeline gave them."""
+        and (`return_tensors`) its token ids, as transformers 4's translation pipeline gave them.
+
+        Args:
+            model_outputs: `{"output_ids"}`, `(1, num_return_sequences, out_len)` for one sentence.
+            return_text: include the text, as "translation_text".
+            return_tensors: include the token ids, as "translation_token_ids".
+            **decoding: the tokenizer's `decode()` options (`clean_up_tokenization_spaces`, ...).
+
+        Returns:
+            `{"translation_text": ...}`, or a list of them for several returned sequences.
+        """
         results: list[dict[str, Any]] = []
         for ids in model_outputs["output_ids"][0]:
             result: dict[str, Any] = {"translation_token_ids": ids} if return_tensors else {}
@@ -160,7 +221,16 @@ class VaswaniTranslationPipeline(Pipeline):
     def __call__(self, inputs: Any, **kwargs: Any) -> Any:
         """One sentence: the list of its translations (one unless `num_return_sequences`). Several (a list or
         tuple): a list with one result per sentence. A generator or a dataset: an iterator of them, translated as
-        it is read. Nothing to translate: an empty list."""
+        it is read. Nothing to translate: an empty list.
+
+        Args:
+            inputs: a sentence, a list or tuple of them, a generator or a dataset.
+            **kwargs: `generate()`'s options for this call (`num_beams=1`, ...), `decoding_dtype`, `batch_size`,
+                `truncation`, `return_text`, `return_tensors`.
+
+        Returns:
+            The translations, shaped as described above.
+        """
         inputs = as_pipeline_inputs(inputs)
         if isinstance(inputs, Sized) and not isinstance(inputs, str) and len(inputs) == 0:
             return []  # transformers' own call reads the first item to look for chat messages

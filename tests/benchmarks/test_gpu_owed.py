@@ -1,5 +1,5 @@
 """benchmarks/gpu_owed.py, the one command for the figures owed from a GPU: its plan without CUDA, the items it
-takes within the budget, its agreement with RESULTS.md, real runs of items (subprocesses: budgets, failures,
+takes within the budget, what it lists as owed, real runs of items (subprocesses: budgets, failures,
 logs), and the figures it reads from the real output of the commands it runs.
 
 The samples in tests/samples/gpu_owed/ are real output captured on cpu-2 (2026-11-25) with small flags:
@@ -22,7 +22,7 @@ import torch
 from vaswani_transformer.cli.train import parse_options
 from vaswani_transformer.training import check_inputs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu_owed  # noqa: E402
 from gpu_decision import COMPILED, CT2, DECIDING, EAGER, GRAPHS, PLAIN, decision  # noqa: E402
@@ -41,7 +41,10 @@ from output_figures import (  # noqa: E402
     verdict,
 )
 
-SAMPLES = Path(__file__).parent / "samples" / "gpu_owed"
+# A benchmark planner's tests: out of the fast set, run with the slow set (RUN_SLOW=1 or -m slow).
+pytestmark = pytest.mark.slow
+
+SAMPLES = REPO / "tests" / "samples" / "gpu_owed"
 BUDGET_S = int(gpu_owed.BUDGET_MINUTES * 60)  # the default run: 9 minutes
 BY_NAME = {item.name: item for item in ITEMS}
 
@@ -63,23 +66,6 @@ def run_main(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
         status = exit_.code
     out, err = capsys.readouterr()
     return status, out, err
-
-
-def section_commands(markdown: str, heading: str) -> set[str]:
-    """The commands (`python ...`, `accelerate ...`) a section of a Markdown file names, in inline code or in
-    ```bash blocks, whitespace collapsed (a span may wrap over lines)."""
-    start = markdown.index(heading)
-    end = markdown.find("\n## ", start + len(heading))
-    text = markdown[start : end if end != -1 else None]
-    candidates = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
-        candidates += block.splitlines()
-    candidates += re.findall(r"`([^`]+)`", re.sub(r"```bash\n.*?```", "", text, flags=re.S))
-    return {
-        " ".join(candidate.split())
-        for candidate in candidates
-        if candidate.strip().startswith(("python ", "accelerate "))
-    }
 
 
 # The plan, without CUDA
@@ -140,7 +126,8 @@ def test_an_item_that_does_not_fit_leaves_room_for_later_smaller_ones() -> None:
 def test_items_select_and_the_budget_still_applies(monkeypatch, capsys) -> None:
     status, out, _ = run_main(["--dry_run", "--items", "multi30k, main-job"], monkeypatch, capsys)
     assert status == 0
-    rows = [line for line in out.splitlines() if line.startswith("| ") and "`" in line]
+    planned = out.split("\nOwed: ")[0]  # the plan's table, not the owed list after it
+    rows = [line for line in planned.splitlines() if line.startswith("| ") and "`" in line]
     assert [row.split(" | ")[0] for row in rows] == ["| main-job", "| multi30k"]  # in the list's order
     assert rows[0].endswith("| yes |") and rows[1].endswith("| budget |")  # 9 + 9 minutes > 9
     assert "1 of 2 items fit" in out
@@ -199,27 +186,29 @@ def test_the_covering_commands_run_every_item_once_within_the_budget(monkeypatch
     ]
 
 
-def test_results_md_names_exactly_the_scripts_commands() -> None:
-    named = section_commands(
-        (REPO / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8"), "## Not measured yet"
-    )
-    runner = {command for command in named if command.startswith("python benchmarks/gpu_owed.py")}
-    assert "python benchmarks/gpu_owed.py" in runner
-    assert {item.command for item in ITEMS} <= named
-    assert named - runner == {item.command for item in ITEMS}
-    for command in runner:  # the runner commands it shows name real items
-        gpu_owed.parse_arguments([*shlex.split(command)[2:], "--dry_run"])
-
-
-def test_the_section_helper_reads_wrapped_inline_code_and_bash_blocks() -> None:
-    text = (
-        "## Other\n`python other.py`\n## Not measured yet\nRun `python benchmarks/x.py --a\n  1` or\n"
-        "```bash\npython scripts/train.py --b 2\n```\nnot `--items`.\n## Next\n`python later.py`\n"
-    )
-    assert section_commands(text, "## Not measured yet") == {
-        "python benchmarks/x.py --a 1",
-        "python scripts/train.py --b 2",
-    }
+def test_the_dry_run_ends_with_what_is_owed(monkeypatch, capsys) -> None:
+    """What is owed lives in the script: every item RESULTS.md holds no figures of, with its command, and the
+    runner commands that cover them name real items."""
+    assert set(gpu_owed.MEASURED) | set(gpu_owed.STILL_OWED) | set(gpu_owed.WHY_OWED) <= set(BY_NAME)
+    assert set(gpu_owed.STILL_OWED) <= set(gpu_owed.MEASURED)
+    assert not set(gpu_owed.WHY_OWED) & set(gpu_owed.MEASURED)
+    status, out, _ = run_main(["--dry_run"], monkeypatch, capsys)
+    assert status == 0
+    owed = out[out.index("Owed: ") :]
+    for item in ITEMS:
+        rows = [line for line in owed.splitlines() if line.startswith(f"| {item.name} |")]
+        if item.name in gpu_owed.MEASURED and item.name not in gpu_owed.STILL_OWED:
+            assert not rows, item.name
+        else:
+            (row,) = rows
+            assert f"`{item.command}`" in row
+    runners = re.findall(r"^python benchmarks/gpu_owed\.py.*$", owed.split("Owed on other machines")[0], re.M)
+    covered = set()
+    for command in runners:
+        covered |= {
+            item.name for item in gpu_owed.parse_arguments([*shlex.split(command)[2:], "--dry_run"]).selected
+        }
+    assert covered == {item.name for item in ITEMS if gpu_owed.owed(item) and item.gpus == 1}
 
 
 # The items' commands are real
