@@ -123,7 +123,7 @@ if PROBLEM is None:
     ids_tensor = modeling_common.ids_tensor
 
     # ModelTesterMixin tells a base model from a task head by class *name*, in transformers' static tables of its
-    # built-in models. A model registered at run time (AutoModel.register, as `import vaswani_transformer` does) is
+    # built-in models. A model registered at run time (AutoModel.register, as `vaswani_transformer.register_auto_classes` does) is
     # not in them: test_training would then train the base model as if it had a loss, the seq2seq head would get
     # no labels, and test_encoder_decoder_loss_no_double_shift would skip. So the fetched module's copies (never
     # transformers' own tables) list this model type, as adding the model to transformers would.
@@ -297,7 +297,7 @@ if PROBLEM is None:
             torch.testing.assert_close(decoded, outputs.last_hidden_state, atol=1e-3, rtol=0)
 
         def test_auto_classes_name_the_models_the_tables_above_list(self) -> None:
-            """`import vaswani_transformer` registers the models with the Auto classes: the same classes this
+            """`vaswani_transformer.register_auto_classes` registers the models with the Auto classes: the same classes this
             module adds to the fetched module's name tables."""
             config = self.model_tester.get_config()
             self.assertIsInstance(AutoConfig.for_model(config.model_type), VaswaniTransformerConfig)

@@ -93,8 +93,8 @@ def check_model_folder(model_dir: str | Path) -> Path:
     if missing:
         raise FileNotFoundError(
             f"{folder} is not a complete saved model: {', '.join(missing)} missing. Push the `final` folder "
-            "written by vaswani-train, or save with model.save_pretrained() and tokenizer.save_pretrained() "
-            "after `import vaswani_transformer`."
+            "written by vaswani-train, or save the package's model with model.save_pretrained() and "
+            "tokenizer.save_pretrained()."
         )
     if linked := [name for name in [*model_files(folder), *OPTIONAL_FILES] if _links_outside(folder, name)]:
         raise ValueError(

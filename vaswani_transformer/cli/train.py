@@ -146,7 +146,7 @@ def _report(result) -> None:
         print(f"pushed to the Hub: {result.hub_url}")
     print(
         f"model saved to {result.model_dir}: AutoModelForSeq2SeqLM / AutoTokenizer.from_pretrained(...) after "
-        "`import vaswani_transformer`, or with trust_remote_code=True"
+        "`vaswani_transformer.register_auto_classes()`, or with trust_remote_code=True"
     )
 
 

@@ -21,7 +21,7 @@ ACTIVATIONS = ("relu", "gelu")
 # "normal": every projection and embedding N(0, init_std), as transformers initialises Marian and BART.
 # "xavier": Xavier-uniform projections and N(0, d_model^-0.5) embeddings, as fairseq and tensor2tensor do.
 INIT_SCHEMES = ("normal", "xavier")
-# The task under which `import vaswani_transformer` registers the translation pipeline, and under which a saved
+# The task under which the package registers its translation pipeline (`register_auto_classes`), and under which a saved
 # folder declares it as remote code (pipeline_vaswani_transformer.py, saving_vaswani_transformer.py).
 PIPELINE_TASK = "vaswani-translation"
 # What a config can change without changing any weight's shape, yet which changes what the weights compute: a saved

@@ -3,7 +3,7 @@
 
 transformers 5 has no `translation` pipeline. This one travels with every saved model as remote code (declared in
 its config.json), so `pipeline("vaswani-translation", model=folder, trust_remote_code=True)` works where only torch
-and transformers are installed; `import vaswani_transformer` registers the package's subclass for the task
+and transformers are installed; the package registers its subclass for the task (`register_auto_classes`)
 (`vaswani_transformer.decoding.pipeline`), which adds CUDA graphs, language checks and the package's precision rule.
 """
 
