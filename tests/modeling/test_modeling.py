@@ -391,7 +391,7 @@ def test_beam_search_keeps_a_forward_set_on_the_model(tiny_model, source_batch) 
 )
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_cuda_graph_decoding_gives_the_plain_tokens(source_batch, num_beams) -> None:
-    """The GPU recipe of docs/decoding.md, `generate(..., cache_implementation="static")`, which on a GPU compiles the decoding
+    """The GPU recipe of docs/decoding-speed.md, `generate(..., cache_implementation="static")`, which on a GPU compiles the decoding
     step with CUDA graphs (transformers' default compile_config, mode="reduce-overhead"), decodes the tokens of
     plain generate(), also when the recorded graphs replay on a second call."""
     torch.manual_seed(0)

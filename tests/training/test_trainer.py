@@ -133,7 +133,7 @@ def test_a_compiled_job_compiles_once_per_promised_shape_and_says_so(
 ) -> None:
     """Over an epoch of token-budget batches of 1 to 101 tokens, dynamo compiles one graph per batch shape, at
     most the bound the progress lines promise (transformers' dynamic=None compiles 2 on the same batches, its
-    symbolic-shape graph; static shapes are this job's choice: docs/training.md)."""
+    symbolic-shape graph; static shapes are this job's choice: docs/training-speed.md)."""
     from torch._dynamo.utils import counters
 
     tokenized = long_letter_pairs(letter_tokenizer, 300)

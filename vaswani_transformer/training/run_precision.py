@@ -123,7 +123,7 @@ def read_precision(record: Path) -> RunPrecision:
 
 def _kept_precision(record: Path) -> RunPrecision | None:
     """The precision a run folder's record names, if it names one (not the launcher's, which is asked again)."""
-    if not record.is_file():  # a run from before the record, or one killed before it was written
+    if not record.is_file():  # a run killed before it was written
         return None
     kept = read_precision(record)
     return kept if kept.mixed_precision != "auto" else None

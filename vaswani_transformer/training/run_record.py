@@ -6,9 +6,8 @@ At the start of every session the record gets `corpus_sha256`, the SHA-256 of ea
 the setting that names it; the embedded Tatoeba corpus too), and `vocabulary`, the --vocab_size the run's
 vocabulary was trained to and the tokens it has. A file changed under the same name, a vocabulary replaced or a
 setting edited by hand in the record is then a contradiction that --resume names, instead of a run that mixes
-two corpora or records settings it was not made with. Hub datasets are named by their id alone. A record written
-before these entries existed is checked where its settings and the run's files cannot agree, and gets them from
-its next session on (docs/training.md, "The run's record is its contract").
+two corpora or records settings it was not made with. Hub datasets are named by their id alone. A record without
+these entries was edited, and is refused (docs/run-folders.md, "The run's record is its contract").
 """
 
 import functools
