@@ -19,7 +19,7 @@ from tests.conftest import paper_arguments, tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
 from vaswani_transformer.data import tokenize_parallel
 from vaswani_transformer.data.token_arrays import TokenizedPairs
-from vaswani_transformer.training import build_trainer
+from vaswani_transformer.training import build_trainer, monitoring
 from vaswani_transformer.training.monitoring import (
     TRAINED_SECONDS,
     HealthCheck,
@@ -176,14 +176,16 @@ def test_a_nan_loss_is_stopped_as_divergence(letter_tokenizer, reversal_pairs, t
 
 @pytest.mark.parametrize(("budget_minutes", "eta"), [(None, "ETA 499:10"), (1.0, "ETA 0:10")])
 def test_the_progress_line_counts_down_to_whichever_end_comes_first(
-    budget_minutes: float | None, eta: str, caplog
+    budget_minutes: float | None, eta: str, caplog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 51: with a time budget (the main job's normal end) the ETA is the budget's, not that of a step cap the
     run will not reach; without one it is the step count's."""
+    now = [1000.0]  # the progress line's clock, stopped: the test computes no time of its own
+    monkeypatch.setattr(monitoring.time, "perf_counter", lambda: now[0])
     progress = TrainingProgress(budget_minutes)
     state = TrainerState(global_step=0, max_steps=60_000)
     progress.on_train_begin(None, state, TrainerControl())
-    progress.started -= 50.0  # 100 steps in 50 seconds: 0.5 s a step
+    now[0] += 50.0  # 100 steps in 50 seconds: 0.5 s a step
     state.global_step = 100
     state.stateful_callbacks[TRAINED_SECONDS] = 50.0
     caplog.set_level("INFO")
