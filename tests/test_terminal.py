@@ -1,4 +1,4 @@
-"""`vaswani-translate` at a terminal and on paragraphs (issue 62): a typed line is answered as soon as it ends, and
+"""`vaswani-translate` at a terminal and on paragraphs: a typed line is answered as soon as it ends, and
 --split_sentences translates each sentence of a line apart, joined back with the line's own spacing."""
 
 import io

@@ -1,4 +1,4 @@
-"""`vaswani-serve` (issue 62) as its clients see it: the real server in a subprocess, talked to by LibreTranslate's
+"""`vaswani-serve` as its clients see it: the real server in a subprocess, talked to by LibreTranslate's
 own clients (libretranslatepy, deep-translator) and httpx; its translations are `translate()`'s."""
 
 import json

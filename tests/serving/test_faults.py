@@ -1,4 +1,4 @@
-"""`vaswani-serve` (issue 62) under faults, the real server in a subprocess: a full queue (503, then recovery), a
+"""`vaswani-serve` under faults, the real server in a subprocess: a full queue (503, then recovery), a
 client that goes away (its sentences dropped), API keys and rates, the per-request timeout, and a model folder that
 does not load (exit 2 before it listens). Signals in the middle of a load: test_shutdown.py."""
 

@@ -1,4 +1,4 @@
-"""The web page of `vaswani-serve` (issue 62) in a real browser: Debian's headless Chromium driven by Playwright.
+"""The web page of `vaswani-serve` in a real browser: Debian's headless Chromium driven by Playwright.
 A sentence typed into the box comes back translated, with its encoder-decoder attention drawn as a heat-map whose
 layer and head can be chosen; every asset comes from the server itself."""
 
