@@ -1509,7 +1509,7 @@ TRUST_CASES: dict[str, Case] = {
         "nothing was loaded. This command runs no model folder's code",
         setup=fsmt_trap,
     ),
-    # item 2: what is read before loading is named when damaged
+    # what is read before loading is named when damaged
     "translate: tokenizer_config.json not UTF-8": Case(
         "translate",
         translate_with(),
