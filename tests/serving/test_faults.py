@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import SENTENCES, save_random_model
+from tests.conftest import SENTENCES
 from tests.serving.server_process import (
     CPU_FLOAT32,
     ENV,
@@ -25,11 +25,6 @@ pytestmark = pytest.mark.slow  # server processes (fresh interpreters loading a 
 
 PAIR = ("--source_lang", "en", "--target_lang", "de")
 GREEDY = ("--num_beams", "1")
-
-
-@pytest.fixture(scope="module")
-def random_folder(trained_run, tmp_path_factory) -> Path:
-    return save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("random") / "model")
 
 
 def test_a_full_queue_answers_503_and_recovers_and_a_client_that_goes_away_is_dropped(
