@@ -1,4 +1,4 @@
-"""Decoding through CUDA graphs against plain generate() and MarianMTModel, same run (issue 53, item 1).
+"""Decoding through CUDA graphs against plain generate() and MarianMTModel, same run.
 
     python benchmarks/bench_cuda_graphs.py                       # CUDA: base, vocabulary 37k, batch 1 and 64
     python benchmarks/bench_cuda_graphs.py --device cpu --preset tiny --vocab_size 1000 --batch 8 --backend eager

@@ -20,7 +20,7 @@ offline decoding of the same sentences in batches as large as the load can form 
 sentences: 32 one-sentence clients can never be decoded in batches above 32), and "p95 / single p95" compares one
 client's p95 with the p95 of one-sentence `translate()` calls on the sentences that client sends (like with like:
 sentences differ in length). Errors are listed by kind under the table.
-The issue's targets: at 32 clients ≥ 0.8 of offline; one client p95 ≤ 1.2 × a single sentence; 0 errors; RSS
+The serving targets: at 32 clients ≥ 0.8 of offline; one client p95 ≤ 1.2 × a single sentence; 0 errors; RSS
 growth ≤ 10% over a 10-minute soak at 32 clients. A miniature run (tests/serving/test_bench_serve.py):
 `--clients 1 2 --requests 6 --seconds 5 --sentences 12 --dtype float32 --device cpu --soak_minutes 0.05`.
 """

@@ -1,4 +1,4 @@
-"""The decision of gpu_owed.py's default run (issue 53): which CUDA paths are faster, side by side with
+"""The decision of gpu_owed.py's default run: which CUDA paths are faster, side by side with
 MarianMTModel, read from its items' output, in one table, with the defaults it recommends.
 
 The default run's items (`DECIDING`, in gpu_owed.ITEMS' order) measure, on one GPU in bfloat16: the `base` training
@@ -33,7 +33,7 @@ EAGER = "decide-training-eager"
 COMPILED = "decide-training-compiled"
 DECIDING = (EAGER, COMPILED, PLAIN, GRAPHS, CT2)
 PRECISION = "bfloat16"  # the items' --dtype: ours and Marian compared like for like
-# Issue 53's targets, against MarianMTModel in the same precision.
+# The CUDA paths' targets (docs/decisions/compiled-decoding.md), against MarianMTModel in the same precision.
 DECODING_TARGET = 3.0  # the CUDA default: sentences/s at batch 64 beam 4, and one sentence's latency
 CTRANSLATE2_TARGET = 5.0
 STEP_RATE_TARGET = 1.5  # the base job's target tokens/s over Marian's step
@@ -307,8 +307,8 @@ def verdict(value: float | None, bound: float) -> str:
 def target_lines(
     paths: Mapping[str, DecodingPath], runs: Mapping[str, TrainingSpeeds], compiling: float | None
 ) -> list[str]:
-    """Issue 53's targets, each against the path that would be the default (the best CTranslate2 float type, and
-    the training job with the higher step rate)."""
+    """The CUDA paths' targets, each against the path that would be the default (the best CTranslate2 float
+    type, and the training job with the higher step rate)."""
     default = default_decoding_path(paths, compiling)
     torch_paths = [paths[default]] if default else []
     engines = [

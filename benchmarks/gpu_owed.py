@@ -93,7 +93,7 @@ class Item:
 
 
 def speed_targets(mfu: float, job: bool) -> tuple[Target, ...]:
-    """Issue 8's training-speed targets on a GPU (ours against MarianMTModel in the same precision)."""
+    """The training-speed targets on a GPU (ours against MarianMTModel in the same precision)."""
     targets = (
         Target("ours/Marian", at_least=3.0),
         Target("MFU (datasheet peak)", at_least=mfu),
@@ -132,7 +132,7 @@ def ctranslate2_cuda_problem() -> str | None:
 
 
 def bench_decoding(name: str, flags: str, budget_s: int, targets: bool) -> Item:
-    """An item of benchmarks/bench_decoding.py on the GPU, with issue 9's GPU targets or none."""
+    """An item of benchmarks/bench_decoding.py on the GPU, with the GPU decoding targets or none."""
     return Item(
         name,
         f"python benchmarks/bench_decoding.py --device cuda {flags}",
@@ -155,8 +155,8 @@ def bench_decoding(name: str, flags: str, budget_s: int, targets: bool) -> Item:
 
 def cuda_graph_decoding(name: str, flags: str, budget_s: int) -> Item:
     """benchmarks/bench_cuda_graphs.py: the `cuda_graphs` option (`translate(..., cuda_graphs=True)`, its kept
-    static cache per bucket and compiled step) against plain generate() and MarianMTModel, with issue 53's
-    targets for the CUDA decoding default."""
+    static cache per bucket and compiled step) against plain generate() and MarianMTModel, with the
+    targets for the CUDA decoding default (docs/decisions/compiled-decoding.md)."""
     return Item(
         name,
         f"python benchmarks/bench_cuda_graphs.py --device cuda {flags}",
@@ -208,9 +208,8 @@ def init_study(preset: str, init: str, peak_lr: str) -> Item:
 
 MULTI30K_BLEU = (Target("test tokenised BLEU", at_least=41.0), Target("trained", at_most=10.0))
 FSDP = "accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 1 scripts/train.py"
-BASE_STEP = (
-    "--dtype bfloat16 --preset base --vocab_size 37000 --batch 384 --length 64"  # issue 8's GPU shapes
-)
+# The GPU shapes of the training-speed targets.
+BASE_STEP = "--dtype bfloat16 --preset base --vocab_size 37000 --batch 384 --length 64"
 BIG_STEP = "--dtype bfloat16 --preset big --vocab_size 37000 --batch 384 --length 64"
 DECIDE_STEPS = "--max_tokens 8192 --steps 100 --peak_tflops 989"  # a short job: the decision run's 9 minutes
 ITEMS: tuple[Item, ...] = (

@@ -284,6 +284,13 @@ def save_random_model(trained_dir: Path, folder: Path, **config_overrides: objec
     return folder
 
 
+@pytest.fixture(scope="module")
+def random_folder(trained_run: TrainedRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """save_random_model on the trained miniature, made once per test module (a module's tests may write into
+    it): distinct, non-empty translations, so equal outputs of two decoders mean something."""
+    return save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("random") / "model")
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
     """The main job (recipe tatoeba, embedded corpus) in miniature, run with --push_to_hub against a FakeHub and

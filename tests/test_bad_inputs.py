@@ -1,4 +1,4 @@
-"""Bad input to every command (issue 22): exit status 2, a message naming the flag or file, found before any
+"""Bad input to every command: exit status 2, a message naming the flag or file, found before any
 training or decoding starts, nothing written anywhere and nothing that was there lost.
 
 Each case runs a command's `main` in a workspace of its own (corpus files, a trained miniature's model folder and
@@ -502,7 +502,8 @@ def corpus_in_run(ws: Workspace) -> None:
         ws.files[name] = ws.write(f"run/data/{Path(path).name}", Path(path).read_bytes())
 
 
-# Issue 50, one table per rule (each is merged into CASES below)
+# Outputs apart from inputs, caches, all-or-nothing writes, streamed input and values: one table per rule (each
+# is merged into CASES below)
 OUTPUTS_APART_CASES: dict[str, Case] = {
     "export onto the model folder": Case("export", lambda ws: [ws.model, ws.model], "is the model folder"),
     "export onto the model folder with overwrite": Case(
@@ -1036,7 +1037,7 @@ CASES |= (
     OUTPUTS_APART_CASES | CACHE_CASES | ALL_OR_NOTHING_CASES | STREAMING_CASES | VALUE_CASES | CONVERT_CASES
 )
 
-# Issue 53, item 1: --cuda_graphs only where CUDA graphs can decode (the PyTorch engine, float layers, a CUDA GPU;
+# --cuda_graphs only where CUDA graphs can decode (the PyTorch engine, float layers, a CUDA GPU;
 # these machines have none, so auto and cpu are refused alike)
 CUDA_GRAPH_CASES: dict[str, Case] = {
     "translate cuda_graphs on onnxruntime": Case(
@@ -1062,7 +1063,7 @@ CUDA_GRAPH_CASES: dict[str, Case] = {
 }
 CASES |= CUDA_GRAPH_CASES
 
-# Issue 62: vaswani-serve refuses bad options and a model it cannot serve before it listens
+# vaswani-serve refuses bad options and a model it cannot serve before it listens
 SERVE_CASES: dict[str, Case] = {
     "serve port 0": Case("serve", lambda ws: [ws.model, "--port", "0"], "--port must be positive, got 0"),
     "serve decoding_workers 0": Case(
@@ -1099,9 +1100,9 @@ SERVE_CASES: dict[str, Case] = {
 CASES |= SERVE_CASES
 
 
-# Issue 58, item 4: --resume checks the corpora's content, the run's vocabulary and its checkpoint's model against
-# the record; item 5: a checkpoint with a damaged optimiser or tokenizer file is not continued from; item 8: a
-# warm-up the run cannot reach
+# --resume checks the corpora's content, the run's vocabulary and its checkpoint's model against the record; a
+# checkpoint with a damaged optimiser or tokenizer file is not continued from; nor is a warm-up the run cannot
+# reach accepted
 def edit_record(**changes: Any) -> Callable[[Workspace], None]:
     """The run's train_options.json with `changes`, as a hand edit would leave it."""
 
@@ -1179,7 +1180,7 @@ RESUME_CASES: dict[str, Case] = {
 CASES |= RESUME_CASES
 
 
-# Issue 58, item 3: a folder must match its weights (evaluation/verification.py); the workspace's model is the
+# A folder must match its weights (evaluation/verification.py); the workspace's model is the
 # trained miniature (2 + 2 layers, 4 heads, 400 tokens), with its train_options.json and config.json's fingerprint
 def json_edited(name: str, **changes: Any) -> Callable[[Workspace], None]:
     """The model folder's JSON file `name` with `changes` (None: the key removed)."""
@@ -1366,9 +1367,9 @@ MATCH_CASES: dict[str, Case] = {
 CASES |= MATCH_CASES
 
 
-# Issue 58, item 1: no folder runs code unasked. Each trap is a folder whose JSON names code of its own (evil.py,
-# which writes CODE_RAN into the workspace, so that the snapshot comparison proves it never ran); item 2: the
-# files read before loading are named when damaged.
+# No folder runs code unasked. Each trap is a folder whose JSON names code of its own (evil.py,
+# which writes CODE_RAN into the workspace, so that the snapshot comparison proves it never ran); the files
+# read before loading are named when damaged.
 EVIL_CODE = """import pathlib
 pathlib.Path({marker!r}).write_text("ran")
 from transformers import PreTrainedTokenizerFast
@@ -1508,7 +1509,7 @@ TRUST_CASES: dict[str, Case] = {
         "nothing was loaded. This command runs no model folder's code",
         setup=fsmt_trap,
     ),
-    # item 2: what is read before loading is named when damaged
+    # what is read before loading is named when damaged
     "translate: tokenizer_config.json not UTF-8": Case(
         "translate",
         translate_with(),
@@ -1538,7 +1539,7 @@ def claim_held(output: Callable[[Workspace], Path | str]) -> Callable[[Workspace
     return setup
 
 
-# Issue 58: writers of the same output exclude each other; the claim is taken before the long work
+# Writers of the same output exclude each other; the claim is taken before the long work
 WRITERS_CASES: dict[str, Case] = {
     "evaluate --name while another evaluation of that name runs": Case(
         "evaluate",
@@ -1607,7 +1608,7 @@ WRITERS_CASES: dict[str, Case] = {
 CASES |= WRITERS_CASES
 
 
-# Issue 59: every tracker --report_to names is checked before any data preparation or run folder (wandb and
+# Every tracker --report_to names is checked before any data preparation or run folder (wandb and
 # mlflow are in no extra of this package)
 TRACKER_CASES: dict[str, Case] = {
     "train --report_to wandb without wandb": Case(

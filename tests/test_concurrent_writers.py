@@ -1,4 +1,4 @@
-"""Writers that exclude each other (issue 58): two commands writing the same output at once never both succeed;
+"""Writers that exclude each other: two commands writing the same output at once never both succeed;
 the second stops with exit 2 naming the first (its PID, host and lock) before its long work, and the first's
 result stays whole. What a writer killed with kill -9 left under a temporary name is removed by the next run.
 
@@ -173,7 +173,7 @@ def one_wins(first: subprocess.Popen, second: subprocess.Popen, *, earlier: str)
 
 @pytest.mark.slow  # two evaluations in processes of their own
 def test_two_evaluations_of_one_name_at_once_keep_one_whole_result(model: Path, tmp_path: Path) -> None:
-    """The probe of issue 58: both exited 0 and the first's scores were gone."""
+    """Two evaluations of one name at once both exited 0, the first's scores gone; now one stays whole."""
     flags = [model, *scored_set(tmp_path), "--name", "conc"]
     greedy, beam = (
         command("evaluate", *flags, "--num_beams", "1"),
@@ -187,7 +187,7 @@ def test_two_evaluations_of_one_name_at_once_keep_one_whole_result(model: Path, 
 
 @pytest.mark.slow  # three CTranslate2 exports
 def test_two_exports_into_one_folder_at_once_keep_one_whole_export(model: Path, tmp_path: Path) -> None:
-    """The probe of issue 58: an int8 and a float32 export both exited 0; the int8 one had been replaced."""
+    """An int8 and a float32 export once both exited 0, the int8 one replaced; now one export stays whole."""
     output = tmp_path / "out"
     int8 = command("export", model, output, "--quantization", "int8")
     float32 = command("export", model, output, "--quantization", "float32")

@@ -50,7 +50,7 @@ def test_a_mistyped_run_folder_is_named_for_models_and_corpora(tmp_path: Path, m
 
 
 def test_a_model_file_given_for_its_folder_is_named_as_a_file(tmp_path: Path) -> None:
-    """Issue 50: `MODEL/model.safetensors` was handed to transformers, whose error spoke of Hub repo ids."""
+    """`MODEL/model.safetensors` is named as a file (transformers got it, and its error spoke of Hub ids)."""
     weights = tmp_path / "model" / "model.safetensors"
     weights.parent.mkdir()
     weights.write_bytes(b"weights")
@@ -78,7 +78,7 @@ def test_an_input_file_is_a_file(tmp_path: Path) -> None:
 def test_an_output_is_kept_apart_from_its_inputs_however_it_is_spelt(
     output: str, relation: str, tmp_path: Path, monkeypatch
 ) -> None:
-    """Issue 50: `vaswani-export-ctranslate2 MODEL MODEL --overwrite` replaced the model's config.json. An output
+    """`vaswani-export-ctranslate2 MODEL MODEL --overwrite` once replaced the model's config.json. An output
     that is, holds or lies inside an input is refused, paths compared resolved (a link, `..`), naming both."""
     model = tmp_path / "runs" / "final"
     model.mkdir(parents=True)
@@ -169,7 +169,7 @@ except WriteError as error:
 def test_a_folder_written_over_is_replaced_as_a_whole(
     exchange: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 58: files replaced one by one let a reader (or a second writer) meet a folder half old, half new. Now
+    """Files replaced one by one once let a reader (or a second writer) meet a folder half old, half new. Now
     the new folder, with the files the writer did not write linked in, takes the earlier one's place at once: a
     new folder (another inode) holds all; with no renameat2, the earlier folder is moved aside and back on failure."""
     if not exchange:

@@ -1,4 +1,4 @@
-"""All or nothing on disk (issue 50): a write the machine refuses part-way (a full disk, a size limit) leaves no
+"""All or nothing on disk: a write the machine refuses part-way (a full disk, a size limit) leaves no
 half-written checkpoint, model, score file, picture or cache entry, keeps what was whole before, and ends the
 command with one line naming the path and the fix.
 
@@ -87,7 +87,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def test_a_full_disk_in_training_keeps_the_last_whole_checkpoint_and_resume_continues(
     small_disk: Path, tmp_path: Path
 ) -> None:
-    """The probe of issue 50: a checkpoint that did not fit was left without weights, with a SafetensorError
+    """A checkpoint that did not fit was once left without weights, with a SafetensorError
     traceback. Now it is removed, the last whole one stays, one line says how to continue, and --resume does,
     once there is room."""
     corpus = tatoeba_files(tmp_path, 150)
@@ -205,7 +205,7 @@ def test_preparing_into_a_hf_home_past_the_size_limit_names_it(tmp_path: Path) -
 
 
 def test_preparing_into_a_full_hf_home_names_it(small_disk: Path, tmp_path: Path) -> None:
-    """The probe of issue 50: HF_HOME on a full disk ended preparation with a pyarrow OSError traceback."""
+    """HF_HOME on a full disk is named (preparation ended with a pyarrow OSError traceback)."""
     (small_disk / "filler").write_bytes(
         bytes(700 * 1024 - 24 * 1024)
     )  # 24 KB left: the text, not the vocabulary
@@ -275,7 +275,7 @@ except WriteError as error:
 def test_translations_onto_a_full_disk_name_the_file_behind_standard_output(
     trained_run, tmp_path: Path
 ) -> None:
-    """The probe of issue 58: a raw "[Errno 28] No space left on device", and Python's own complaint at exit.
+    """The file is named, not a raw "[Errno 28] No space left on device" and Python's own complaint at exit.
     /dev/full refuses every write as a full disk does (ENOSPC)."""
     sources = tmp_path / "input.en"
     sources.write_text("I love you.\nWhere is the train station?\n", encoding="utf-8")
@@ -297,8 +297,8 @@ def test_translations_onto_a_full_disk_name_the_file_behind_standard_output(
 
 
 def test_hub_files_past_the_size_limit_leave_no_local_dir(trained_run, tmp_path: Path) -> None:
-    """The probe of issue 58: vaswani-push --local_dir on a full disk gave a raw [Errno 28] naming a hidden
-    temporary. The weights (120 KB) exceed the 64 KB the kernel allows."""
+    """vaswani-push --local_dir on a full disk leaves no local dir (it gave a raw [Errno 28] naming a hidden
+    temporary). The weights (120 KB) exceed the 64 KB the kernel allows."""
     local_dir = tmp_path / "hub"
     arguments = [str(trained_run.model_dir), "--repo_id", "tester/x", "--local_dir", str(local_dir)]
     done = run_command("push", arguments, tmp_path, file_limit=1 << 16)

@@ -90,7 +90,7 @@ def test_model_card_is_filled_from_config_options_and_scores(trained_run) -> Non
 
 
 def test_main_job_card_names_its_data_cites_in_bibtex_and_states_its_limits(trained_run, monkeypatch) -> None:
-    """Issue 59: the main job's card has a `datasets` entry for the recipe's corpus, BibTeX, Limitations that name
+    """The main job's card has a `datasets` entry for the recipe's corpus, BibTeX, Limitations that name
     what users meet (short sentences, ALL CAPS, run-on lines, its pair, its length penalty), and an install that
     works (the package is not on PyPI)."""
     text = str(build_model_card(trained_run.model_dir, "tester/tatoeba-mini"))
@@ -199,7 +199,7 @@ def test_local_dir_refuses_a_non_empty_folder_and_an_incomplete_model(
     assert push.main([str(without_its_sibling), *args, str(tmp_path / "out")]) == 2
     assert "generation_vaswani_transformer.py missing" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-    linked_out = tmp_path / "linked-out"  # issue 22, item 11: a push followed it and published its target
+    linked_out = tmp_path / "linked-out"  # a push once followed it and published its target
     shutil.copytree(trained_run.model_dir, linked_out)
     secret = tmp_path / "elsewhere.json"
     secret.write_text(json.dumps({"sacrebleu": {"score": 99.0}, "private": "not for the Hub"}))
@@ -323,7 +323,7 @@ def test_a_failed_local_dir_write_leaves_no_partial_folder(trained_run, tmp_path
 def test_card_of_a_stock_trainer_fine_tune_claims_only_what_its_folder_records(
     trained_run, tmp_path: Path
 ) -> None:
-    """Issue 23, item 6: a model fine-tuned with the stock Trainer got a card claiming the paper's Adam and
+    """A model fine-tuned with the stock Trainer once got a card claiming the paper's Adam and
     schedule; now it says its training is not recorded and names the base model the Trainer's card records."""
     from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 

@@ -81,7 +81,7 @@ def test_the_positional_encoding_is_written_in_the_format_its_suffix_names(
 
 
 def test_a_format_matplotlib_does_not_write_is_refused_before_drawing(tmp_path: Path) -> None:
-    """Issue 50: --output x.safetensors raised matplotlib's ValueError traceback after the drawing."""
+    """--output x.safetensors is refused before drawing (matplotlib raised ValueError after the drawing)."""
     for name in ("pe.safetensors", "pe"):
         with pytest.raises(
             ValueError, match=r"give a file name ending in a format matplotlib writes \(.*\.png.*\)"
@@ -92,7 +92,7 @@ def test_a_format_matplotlib_does_not_write_is_refused_before_drawing(tmp_path: 
 
 
 def test_a_positional_encoding_table_too_large_to_draw_is_refused_before_it_is_made() -> None:
-    """Issue 50: --length 1000000000 was killed by the kernel after 40 s with no message."""
+    """--length 1000000000 is refused before the table is made (the kernel killed it after 40 s, silently)."""
     check_positional_encoding_size(512, MAX_ENCODING_VALUES // 512)
     for d_model, length in ((512, 10**9), (2, MAX_ENCODING_VALUES)):
         with pytest.raises(ValueError, match="lower --length or --d_model"):

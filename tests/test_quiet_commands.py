@@ -1,4 +1,4 @@
-"""Issue 59: a command's normal run shows this package's lines, not the libraries' progress bars and warnings
+"""A command's normal run shows this package's lines, not the libraries' progress bars and warnings
 (transformers' "Loading weights" bar, its tokenizer's "indexing errors" beside our "cut to 1,024", torch.onnx's
 "torchvision is not installed" notes, torchao's and torch's import warnings); --verbose shows them. Each test runs
 the installed entry point in a process of its own, as a user's shell does."""

@@ -1,4 +1,4 @@
-"""Issue 59: the README's test command on a fresh clone, without ../shared/data beside it: the real-data tests skip,
+"""The README's test command on a fresh clone, without ../shared/data beside it: the real-data tests skip,
 named and counted, and where CI requires them (VASWANI_REQUIRE_REAL_DATA=1) they fail."""
 
 from pathlib import Path

@@ -18,7 +18,7 @@ from typing import IO
 
 import pytest
 
-from tests.conftest import SENTENCES, TINY, save_random_model, tatoeba_files
+from tests.conftest import SENTENCES, TINY, tatoeba_files
 from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.decoding import translate as pipeline_module
 from vaswani_transformer.decoding.translate import DecodingBudgetError
@@ -51,12 +51,6 @@ def line_within(stream: IO[bytes], seconds: float) -> bytes | None:
 
 def last_line(text: str) -> str:
     return text.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def random_folder(trained_run, tmp_path_factory) -> Path:
-    """Random weights on the miniature's architecture: distinct, non-empty translations (conftest)."""
-    return save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("random") / "model")
 
 
 def stdin_of(monkeypatch: pytest.MonkeyPatch, raw: bytes | io.RawIOBase) -> None:

@@ -1,4 +1,4 @@
-"""`vaswani-translate` at a terminal and on paragraphs (issue 62): a typed line is answered as soon as it ends, and
+"""`vaswani-translate` at a terminal and on paragraphs: a typed line is answered as soon as it ends, and
 --split_sentences translates each sentence of a line apart, joined back with the line's own spacing."""
 
 import io
@@ -10,15 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SENTENCES, save_random_model
+from tests.conftest import SENTENCES
 from tests.test_streaming import ENV, WAIT, line_within
 from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.engines import EngineOptions, load_engine
-
-
-@pytest.fixture(scope="module")
-def random_folder(trained_run, tmp_path_factory) -> Path:
-    return save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("random") / "model")
 
 
 @pytest.mark.slow  # a command in a fresh interpreter

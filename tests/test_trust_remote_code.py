@@ -1,4 +1,4 @@
-"""No model folder runs code unasked (issue 58): a folder whose files name code of its own is refused before
+"""No model folder runs code unasked: a folder whose files name code of its own is refused before
 anything loads, also when standard input answers transformers' "Do you wish to run the custom code? [y/N]" with
 "y"; --trust_remote_code (Python: trust_remote_code=True) lets it run; this package's own folders need no flag.
 

@@ -1,5 +1,5 @@
 """Numbers from command lines and recipes are checked for what they are: finite, and within what the code computes
-with (issue 50)."""
+with."""
 
 import argparse
 

@@ -481,7 +481,7 @@ def test_gpu_busy_over_the_command_and_over_the_training_loop() -> None:
     assert busy_figures([], lines, gpu_owed.TRAINING_PROGRESS) == []  # no nvidia-smi: no figure
 
 
-# The decision run (issue 53): side by side with MarianMTModel, and the defaults it recommends
+# The decision run: side by side with MarianMTModel, and the defaults it recommends
 
 
 def decoding_output(speeds: dict[str, tuple[float, float, float, float]]) -> str:

@@ -1,5 +1,5 @@
 """A small random FSMT model (transformers' port of fairseq's Transformer) with its Moses + BPE tokenizer, saved as
-a folder: the reference the conversions of issue 52 are checked against."""
+a folder: the reference the conversions are checked against."""
 
 import json
 import string

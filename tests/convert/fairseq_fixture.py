@@ -1,4 +1,4 @@
-"""A fairseq Transformer checkpoint folder made from a small random FSMT model (issue 52).
+"""A fairseq Transformer checkpoint folder made from a small random FSMT model.
 
 `make_fairseq_checkpoint` writes the FSMT folder (model and FSMTTokenizer files) and the same model in fairseq's
 format: `model.pt` as fairseq saves it (fairseq's key names, an `args` Namespace or a `cfg` dict, the training

@@ -1,4 +1,4 @@
-"""`vaswani-convert fairseq CHECKPOINT_DIR OUT` (issue 52): a fairseq checkpoint folder becomes a model folder of this
+"""`vaswani-convert fairseq CHECKPOINT_DIR OUT`: a fairseq checkpoint folder becomes a model folder of this
 package that computes what the FSMT model it was made from computes, and tokenises as it does."""
 
 from pathlib import Path
@@ -13,7 +13,7 @@ from vaswani_transformer.hub import build_model_card
 
 
 def test_vaswani_convert_fairseq_gives_the_fsmt_models_outputs(tmp_path: Path) -> None:
-    from vaswani_transformer.cli import convert  # the command comes with the other half of issue 52
+    from vaswani_transformer.cli import convert  # the command comes with the fairseq half of the conversion
 
     made = make_fairseq_checkpoint(tmp_path, sizes=HOLDABLE_SIZES)
     out = tmp_path / "converted"
@@ -34,7 +34,7 @@ def test_vaswani_convert_fairseq_gives_the_fsmt_models_outputs(tmp_path: Path) -
     torch.testing.assert_close(logits, expected, atol=1e-4, rtol=0)
     greedy = {"num_beams": 1, "do_sample": False, "max_new_tokens": 10}
     assert torch.equal(model.generate(**inputs, **greedy), made.model.generate(**inputs, **greedy))
-    # Issue 59: the folder records its origin for the card: fairseq's licence, which covers its released
+    # The folder records its origin for the card: fairseq's licence, which covers its released
     # models, and the citation fairseq asks for, beside Vaswani's
     card = str(build_model_card(out, "you/wmt16-en-de"))
     metadata = yaml.safe_load(card.split("---")[1])

@@ -1,4 +1,4 @@
-"""`vaswani-convert fsmt` (issue 52): a small random FSMT model, converted and reloaded with the Auto classes, gives
+"""`vaswani-convert fsmt`: a small random FSMT model, converted and reloaded with the Auto classes, gives
 FSMT's logits, greedy and beam outputs and token ids, and everything this package does works on the folder."""
 
 import json
@@ -298,7 +298,7 @@ ORIGINAL_CARD = (
 def test_a_converted_hub_model_s_card_keeps_its_origin(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 59: the card of a model converted from the Hub names it as base_model, with its language pair, its
+    """The card of a model converted from the Hub names it as base_model, with its language pair, its
     licence (not this package's), its citation beside Vaswani's and "converted from" as its training; its Usage and
     Limitations state the same decoding (its generation_config's |Y|^α and output limit); it says sacremoses."""
     from huggingface_hub import constants

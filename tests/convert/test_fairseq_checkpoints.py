@@ -1,4 +1,4 @@
-"""fairseq checkpoint folders → transformers FSMT folders (issue 52): the same model, fairseq's token ids, and the
+"""fairseq checkpoint folders → transformers FSMT folders: the same model, fairseq's token ids, and the
 checkpoints this package's model cannot hold (or that could run code) refused before anything is written."""
 
 import shutil

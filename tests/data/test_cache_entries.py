@@ -1,4 +1,4 @@
-"""Prepared-data cache entries prove themselves before reuse (issue 50): a truncated or altered file, or an entry
+"""Prepared-data cache entries prove themselves before reuse: a truncated or altered file, or an entry
 without a manifest, is found and prepared anew with a warning naming the file; temporary folders of processes
 that died are removed, those of live ones stay."""
 

@@ -81,7 +81,7 @@ def test_load_text_pair_skips_empty_and_undecodable_pairs(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("lines", [0, 1, 6, 7])  # none, fewer than a chunk, whole chunks, a partial last one
 def test_files_are_read_in_arrow_chunks_into_the_same_pairs(tmp_path: Path, monkeypatch, lines: int) -> None:
-    """Issue 24: pairs are gathered in Arrow chunks as they are read (a million pairs peaked 2.6 GB through Python
+    """Pairs are gathered in Arrow chunks as they are read (a million pairs peaked 2.6 GB through Python
     lists and `Dataset.from_dict`, 0.9 GB now); the dataset is the same pairs, in order, with the pair features."""
     monkeypatch.setattr(corpora, "PAIRS_PER_CHUNK", 3)
     sources = [f"Sentence {i}." for i in range(lines)]
@@ -129,7 +129,7 @@ def test_load_tsv_counts_bad_lines_without_crashing(tmp_path: Path) -> None:
     ]
     ds, stats = load_tsv(write_lines(tmp_path / "pairs.tsv.gz", lines))
     assert ds[:] == {"source": ["Hi.", "Windows line."], "target": ["Hallo!", "Windows-Zeile."]}
-    # issue 50: the three-field line is malformed, not a pair whose third field is dropped unseen
+    # the three-field line is malformed, not a pair whose third field is dropped unseen
     assert (stats.read, stats.kept) == (8, 2)
     assert (stats.skipped_malformed, stats.skipped_empty, stats.skipped_undecodable) == (2, 3, 1)
     assert stats.first_malformed_line == 2 and "2 malformed (the first on line 2)" in stats.summary()
@@ -153,7 +153,7 @@ def test_load_tsv_counts_bad_lines_without_crashing(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("gzipped", [False, True])
 def test_old_mac_line_endings_are_named_and_windows_ones_read(tmp_path: Path, gzipped: bool) -> None:
-    r"""Issue 50: a corpus with "\r"-only line endings was one overlong line, reported as "raise --max_length"."""
+    r"""A corpus with "\r"-only line endings is named (it was one overlong line: "raise --max_length")."""
     suffix = ".gz" if gzipped else ""
     mac = tmp_path / f"mac.tsv{suffix}"
     content = b"Hi.\tHallo!\rRun!\tLauf!\r"

@@ -1,4 +1,4 @@
-"""Prepared training data (issue 24): the joint BPE and the tokenised pairs, made once per corpus content and
+"""Prepared training data: the joint BPE and the tokenised pairs, made once per corpus content and
 settings in a shared cache, reused by every run folder; changed content or settings prepare anew."""
 
 import json

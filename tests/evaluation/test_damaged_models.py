@@ -1,4 +1,4 @@
-"""Damaged model folders (issue 22, item 9): every command that loads a model names the damaged file, exit 2."""
+"""Damaged model folders: every command that loads a model names the damaged file, exit 2."""
 
 import json
 import shutil

@@ -1,4 +1,4 @@
-"""A model folder must match its weights (issue 58, item 3): what every saved folder records, and what passes.
+"""A model folder must match its weights: what every saved folder records, and what passes.
 
 The refusals, command by command, are MATCH_CASES in tests/test_bad_inputs.py; here: every folder this package
 saves (the training job's final model and checkpoints, an average, a conversion) passes the verification and still

@@ -1,4 +1,4 @@
-"""Decoding through CUDA graphs (issue 53, item 1): `translate(..., cuda_graphs=True)`, the pipeline's and the
+"""Decoding through CUDA graphs: `translate(..., cuda_graphs=True)`, the pipeline's and the
 commands' `--cuda_graphs` give the plain path's translations, and batches of many sizes compile one graph per
 bucket, none again on a second pass. On the CPU the step compiles with a recording backend (no CUDA graphs), which
 counts the graphs CUDA would capture, and each bucket's static cache keeps its addresses, on which CUDA graphs

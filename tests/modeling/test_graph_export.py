@@ -1,5 +1,6 @@
 """Graph export at any shape: torch.export and ONNX (dynamo) of the whole model, run at shapes other than the
-example's (issue 23, item 2: the batch size was fixed to the example's, `Guard failed: attention_mask.size()[0] == 2`)."""
+example's (the batch size is no longer fixed to the example's: `Guard failed: attention_mask.size()[0] == 2`
+was the error)."""
 
 import onnxruntime
 import pytest

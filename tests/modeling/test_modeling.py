@@ -97,8 +97,8 @@ def test_embeddings_are_shared_and_tied(tiny_model) -> None:
 
 @pytest.mark.parametrize("model_class", [VaswaniTransformerModel, VaswaniTransformerForConditionalGeneration])
 def test_every_name_of_the_shared_table_is_declared_to_transformers(model_class) -> None:
-    """Issue 51, item 5 (transformers' common test test_tied_weights_keys): the body shared the encoder's table
-    with the decoder without declaring it, so transformers' tied-weights machinery saw untied shared storage."""
+    """As transformers' common test test_tied_weights_keys asks: the body once shared the encoder's table with
+    the decoder without declaring it, so transformers' tied-weights machinery saw untied shared storage."""
     model = model_class(tiny_config())
     declared = model.get_expanded_tied_weights_keys(
         all_submodels=True
@@ -115,9 +115,10 @@ def test_every_name_of_the_shared_table_is_declared_to_transformers(model_class)
 def test_a_checkpoint_without_weights_initialises_and_reports_every_parameter(
     model_class, tmp_path: Path
 ) -> None:
-    """Issue 23, item 8 (transformers' common tests test_can_init_all_missing_weights and
-    test_model_weights_reload_no_missing_tied_weights): loading a checkpoint that lacks every weight left the shared
-    embedding on the meta device and unreported. Now every parameter is initialised, reported missing, and tied."""
+    """As transformers' common tests test_can_init_all_missing_weights and
+    test_model_weights_reload_no_missing_tied_weights ask: loading a checkpoint that lacks every weight once
+    left the shared embedding on the meta device and unreported. Now every parameter is initialised, reported
+    missing, and tied."""
     torch.manual_seed(0)
     model_class(tiny_config()).save_pretrained(tmp_path)
     safetensors.torch.save_file(
@@ -147,8 +148,8 @@ def test_a_complete_checkpoint_reports_nothing_missing(tiny_model, tmp_path: Pat
 
 @pytest.mark.parametrize("beams", [1, 2])
 def test_attention_weights_come_back_under_the_default_attention(tiny_model, source_batch, beams) -> None:
-    """Issue 51, item 6: under sdpa (the default) output_attentions=True gave empty tuples and a log line; the
-    layers asked for weights compute them the eager way, and the outputs are those of eager attention."""
+    """Under sdpa (the default) output_attentions=True once gave empty tuples and a log line; now the layers
+    asked for weights compute them the eager way, and the outputs are those of eager attention."""
     assert tiny_model.config._attn_implementation == "sdpa"
     decoder_input_ids = torch.tensor([[2, 20, 21], [2, 30, 31]])
     outputs = tiny_model(**source_batch, decoder_input_ids=decoder_input_ids, output_attentions=True)
@@ -730,7 +731,7 @@ def test_fused_loss_is_only_taken_when_training_with_gradients(source_batch) -> 
 
 
 def test_eval_mode_loss_is_the_plain_negative_log_likelihood(source_batch) -> None:
-    """Issue 23, item 3: eval_loss was label-smoothed (1.399 against 0.229 plain on one pair), so perplexity from
+    """eval_loss was once label-smoothed (1.399 against 0.229 plain on one pair), so perplexity from
     it meant nothing. Training keeps §5.4's smoothed loss; eval mode gives mean −log p(label)."""
     torch.manual_seed(0)
     model = VaswaniTransformerForConditionalGeneration(tiny_config())

@@ -1,4 +1,4 @@
-"""What users hand translate() and the `vaswani-translation` pipeline first (issue 51, items 1-3): every kind of
+"""What users hand translate() and the `vaswani-translation` pipeline first: every kind of
 input gives one result per sentence, blank sentences give empty translations, bad arguments are named."""
 
 import types
@@ -116,7 +116,7 @@ def test_translate_refuses_several_translations_per_sentence(model, letter_token
         translate(SENTENCES, model, letter_tokenizer, num_beams=2, num_return_sequences=2)
 
 
-# Issue 59: what users of transformers 4's translation pipeline bring to this one
+# What users of transformers 4's translation pipeline bring to this one
 
 
 def test_any_iterable_of_strings_is_taken_a_datasets_column_included(translator) -> None:

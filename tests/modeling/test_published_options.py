@@ -1,4 +1,4 @@
-"""The model options published weights need (issue 52): fairseq's sinusoid layout, positions from an offset and
+"""The model options published weights need: fairseq's sinusoid layout, positions from an offset and
 attention biases; off by default, checked, and honoured on every path (cache, static cache, learned table)."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""What a saved model folder tells its users (issue 51, items 4 and 6): the decoding settings and the cache as
+"""What a saved model folder tells its users: the decoding settings and the cache as
 generation reads them, greedy decoding as one line that saves, and a tokenizer that loads without questions."""
 
 import json
@@ -119,7 +119,7 @@ def load_tokenizer_in_a_fresh_interpreter(
 def test_the_documented_ways_load_the_tokenizer_without_a_question_a_wait_or_a_warning(
     model, letter_tokenizer, tmp_path: Path, load, package
 ) -> None:
-    """Issue 51, item 4: docs/hub.md's ways to load a model folder's tokenizer, with this package and without."""
+    """docs/hub.md's ways to load a model folder's tokenizer, with this package and without."""
     path = tmp_path / "model"
     model.save_pretrained(path)
     letter_tokenizer.save_pretrained(path)

@@ -1,4 +1,4 @@
-"""`translate(..., split_sentences=...)` (issue 62): a paragraph is translated sentence by sentence with the
+"""`translate(..., split_sentences=...)`: a paragraph is translated sentence by sentence with the
 splitter of `vaswani-serve` and `vaswani-translate --split_sentences`, and joined back with its own spacing."""
 
 import json

@@ -43,7 +43,7 @@ def test_pipeline_gives_the_translations_of_translate(trained_run, loaded) -> No
     assert [r["translation_text"] for r in translator(SENTENCES, batch_size=3)] == expected  # padded batch
     greedy = translate(SENTENCES, *loaded, num_beams=1)
     assert [r["translation_text"] for r in translator(SENTENCES, num_beams=1)] == greedy
-    model, tokenizer = loaded  # issue 23, item 5: num_return_sequences gave "too many values to unpack"
+    model, tokenizer = loaded  # num_return_sequences once gave "too many values to unpack"
     n_best = translator(
         SENTENCES[:3], num_beams=4, num_return_sequences=2, batch_size=2, decoding_dtype=torch.float32
     )
@@ -136,8 +136,8 @@ def test_translate_command_rejects_bad_arguments_before_loading(tmp_path: Path, 
 def test_translate_command_names_input_that_is_not_utf8(
     trained_run, tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    """Issue 22, item 10: latin-1 input was a traceback (standard input) or an error without the file's name; a
-    file given after an option was "unrecognized arguments"."""
+    """Latin-1 input is named (it was a traceback on standard input, or an error without the file's name),
+    and a file given after an option is read (it was "unrecognized arguments")."""
     latin1 = tmp_path / "latin1.en"
     latin1.write_bytes("I love you.\nWhere is the café?\n".encode("latin-1"))
     model = str(trained_run.model_dir)
@@ -171,7 +171,7 @@ def test_a_tokenizer_from_another_vocabulary_is_refused_at_load(
 
 
 def test_sources_longer_than_the_position_table_are_cut_with_a_warning(loaded, monkeypatch, caplog) -> None:
-    """Issue 22, item 5: an unbounded source made decoding unbounded (102 GB asked for a 200,000-character line);
+    """An unbounded source once made decoding unbounded (102 GB asked for a 200,000-character line);
     sources are cut to the model's position table, keeping their EOS, and the cut ones counted."""
     model, tokenizer = loaded
     monkeypatch.setattr(model.config, "max_position_embeddings", 6)
@@ -223,7 +223,7 @@ def random_weights(trained_run, tmp_path_factory):
 def test_two_batches_at_once_give_the_translations_of_one_at_a_time(
     random_weights, two_threads, dtype
 ) -> None:
-    """Issue 21: on a CPU with two threads translate() decodes two batches at once by default, each in its own
+    """On a CPU with two threads translate() decodes two batches at once by default, each in its own
     thread on one of torch's threads, and gives the translations of one batch at a time in input order (float32
     and the default precision); torch's thread count is as it was afterwards."""
     model, tokenizer = random_weights
@@ -326,7 +326,7 @@ def test_how_many_batches_decode_at_once(two_threads) -> None:
 def test_a_batch_that_cannot_fit_in_memory_is_refused_before_it_decodes(
     trained_run, loaded, monkeypatch, capsys
 ) -> None:
-    """Issue 22, item 5: --num_beams 1000000 ran out of memory after 113 s; now refused at once, naming what to lower."""
+    """--num_beams 1000000 ran out of memory after 113 s; now refused at once, naming what to lower."""
     model, tokenizer = loaded
     monkeypatch.setattr(model, "generate", lambda **inputs: pytest.fail("decoding started"))
     with pytest.raises(DecodingBudgetError, match=r"1,000,000 beam\(s\).*GiB are free: lower --num_beams"):
@@ -339,7 +339,7 @@ def test_a_batch_that_cannot_fit_in_memory_is_refused_before_it_decodes(
 
 @pytest.mark.slow  # a fresh interpreter
 def test_every_save_carries_the_pipeline_to_a_fresh_interpreter(loaded, tmp_path: Path) -> None:
-    """Issue 23, item 1: only vaswani-push shipped the pipeline's code; a folder from save_pretrained (as
+    """Only vaswani-push once shipped the pipeline's code; a folder from save_pretrained (as
     Trainer.save_model and push_to_hub write it) had none. Now every save carries it: without the package, the
     pipeline translates as translate() does, and so does a folder saved again from the remote-code model."""
     from vaswani_transformer import VaswaniTranslationPipeline

@@ -1,4 +1,4 @@
-"""The batcher's policy (issue 62) with an engine that records its batches: requests that arrive together share a
+"""The batcher's policy with an engine that records its batches: requests that arrive together share a
 batch, a request larger than a batch does not wait for company after its first batch, an abandoned request's
 sentences never decode, and several workers decode batches at once, each on its share of torch's threads."""
 

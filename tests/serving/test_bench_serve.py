@@ -1,8 +1,9 @@
-"""benchmarks/bench_serve.py end to end in miniature (issue 62): the real servers (torch and CTranslate2) under a few
-seconds of load from a few clients, on the small sample model in float32; its printed rows parse and hold what the
-issue asks for (sentences/s, p50/p95/p99, errors, the ratios to offline `translate()`, `translate_batch` and offline
-decoding at the batch each load can form, one client's p95 against one-sentence calls' p95, the RSS growth, the
-soak). The figures themselves are the lead's to measure, on a quiet machine."""
+"""benchmarks/bench_serve.py end to end in miniature: the real servers (torch and CTranslate2) under a few
+seconds of load from a few clients, on the small sample model in float32; its printed rows parse and hold what
+the serving targets need (sentences/s, p50/p95/p99, errors, the ratios to offline `translate()`,
+`translate_batch` and offline decoding at the batch each load can form, one client's p95 against one-sentence
+calls' p95, the RSS growth, the soak). The figures themselves are the lead's to measure, on a quiet
+machine."""
 
 import re
 import subprocess
@@ -32,7 +33,7 @@ OFFLINE_LINE = re.compile(
 
 
 @pytest.mark.slow
-def test_the_serving_benchmark_runs_in_miniature_and_prints_what_the_issue_asks(tmp_path: Path) -> None:
+def test_the_serving_benchmark_runs_in_miniature_and_prints_what_its_targets_need(tmp_path: Path) -> None:
     folder = sample_folder(tmp_path / "model")
     command = [sys.executable, "benchmarks/bench_serve.py", "--model", str(folder), "--engines", "torch"]
     command += [

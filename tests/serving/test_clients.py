@@ -1,4 +1,4 @@
-"""`vaswani-serve` (issue 62) as its clients see it: the real server in a subprocess, talked to by LibreTranslate's
+"""`vaswani-serve` as its clients see it: the real server in a subprocess, talked to by LibreTranslate's
 own clients (libretranslatepy, deep-translator) and httpx; its translations are `translate()`'s."""
 
 import json
@@ -11,19 +11,13 @@ import torch
 from deep_translator import LibreTranslator
 from libretranslatepy import LibreTranslateAPI
 
-from tests.conftest import SENTENCES, save_random_model
+from tests.conftest import SENTENCES
 from tests.serving.server_process import Served, serving
 from vaswani_transformer.engines import EngineOptions, load_engine
 
 pytestmark = pytest.mark.slow  # a server process (a fresh interpreter loading a model)
 
 LIMITS = ("--max_body_bytes", "4096", "--max_characters", "1000", "--max_sentences", "8", "--max_beams", "6")
-
-
-@pytest.fixture(scope="module")
-def random_folder(trained_run, tmp_path_factory) -> Path:
-    """Random weights on the miniature's architecture: distinct, non-empty translations (conftest)."""
-    return save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("random") / "model")
 
 
 class Greedy:

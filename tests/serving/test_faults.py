@@ -1,4 +1,4 @@
-"""`vaswani-serve` (issue 62) under faults, the real server in a subprocess: a full queue (503, then recovery), a
+"""`vaswani-serve` under faults, the real server in a subprocess: a full queue (503, then recovery), a
 client that goes away (its sentences dropped), API keys and rates, the per-request timeout, and a model folder that
 does not load (exit 2 before it listens). Signals in the middle of a load: test_shutdown.py."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import SENTENCES, save_random_model
+from tests.conftest import SENTENCES
 from tests.serving.server_process import (
     CPU_FLOAT32,
     ENV,
@@ -25,11 +25,6 @@ pytestmark = pytest.mark.slow  # server processes (fresh interpreters loading a 
 
 PAIR = ("--source_lang", "en", "--target_lang", "de")
 GREEDY = ("--num_beams", "1")
-
-
-@pytest.fixture(scope="module")
-def random_folder(trained_run, tmp_path_factory) -> Path:
-    return save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("random") / "model")
 
 
 def test_a_full_queue_answers_503_and_recovers_and_a_client_that_goes_away_is_dropped(

@@ -1,4 +1,4 @@
-"""The web page of `vaswani-serve` (issue 62) in a real browser: Debian's headless Chromium driven by Playwright.
+"""The web page of `vaswani-serve` in a real browser: Debian's headless Chromium driven by Playwright.
 A sentence typed into the box comes back translated, with its encoder-decoder attention drawn as a heat-map whose
 layer and head can be chosen; every asset comes from the server itself."""
 
@@ -9,7 +9,7 @@ import httpx
 import pytest
 import torch
 
-from tests.conftest import SENTENCES, save_random_model
+from tests.conftest import SENTENCES
 from tests.serving.server_process import serving
 from vaswani_transformer.engines import EngineOptions, load_engine
 from vaswani_transformer.plotting import attention_maps
@@ -24,11 +24,6 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
 ]
-
-
-@pytest.fixture(scope="module")
-def random_folder(trained_run, tmp_path_factory) -> Path:
-    return save_random_model(trained_run.model_dir, tmp_path_factory.mktemp("random") / "model")
 
 
 def test_the_page_translates_and_draws_the_attention_of_the_chosen_layer_and_head(

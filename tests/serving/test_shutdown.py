@@ -1,4 +1,4 @@
-"""`vaswani-serve`'s graceful end (issue 62), the real server in a subprocess on 127.0.0.1 under load: SIGTERM in the
+"""`vaswani-serve`'s graceful end, the real server in a subprocess on 127.0.0.1 under load: SIGTERM in the
 middle of a 32-client load (every accepted request answered, new ones refused, exit 0), the requests still open when
 --shutdown_timeout runs out (each a JSON 503 with Retry-After, not a 500 or a dropped connection), and a second
 signal (the process exits at once)."""

@@ -228,7 +228,7 @@ def test_incomplete_checkpoints_are_named_and_left_out(tmp_path: Path) -> None:
 
 
 def test_averaging_into_a_scored_folder_drops_its_scores(tmp_path: Path) -> None:
-    """Issue 22: `vaswani-average RUN --output RUN/final` replaced the weights and kept the old scores.json and
+    """`vaswani-average RUN --output RUN/final` once replaced the weights and kept the old scores.json and
     hypotheses, so a later push published BLEU of another model. The scores go with the weights they measured."""
     for step, fill in ((100, 1.0), (200, 3.0)):
         write_checkpoint(tmp_path / "run", step, fill)

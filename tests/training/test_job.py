@@ -198,7 +198,7 @@ def test_resume_continues_from_the_last_checkpoint(shared_data: Path, tmp_path: 
 def test_a_resumed_run_continues_as_recorded_and_a_finished_one_trains_no_further_step(
     tmp_path: Path, caplog
 ) -> None:
-    """Issue 50: --resume of a finished run trained one step past --max_steps, and --resume took any flag (a
+    """--resume of a finished run once trained one step past --max_steps, and --resume took any flag (a
     --vocab_size the model did not have went into its records). Flags left out take the run's recorded values;
     those of MAY_CHANGE_ON_RESUME (here --logging_steps, --max_steps) may change; the record says what ran."""
     from safetensors.torch import load_file
@@ -330,7 +330,7 @@ def test_a_run_folder_belongs_to_one_run(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # three training jobs
 def test_overwrite_deletes_only_what_a_run_wrote_and_only_after_the_corpora_load(tmp_path: Path) -> None:
-    """Issue 22's data loss: --overwrite deleted any folder that merely looked like a run, the user's own files
+    """A data loss: --overwrite once deleted any folder that merely looked like a run, the user's own files
     included, before the corpora were checked. Now a run folder holding anything else is refused, naming it, and
     nothing is deleted when the corpora fail to load."""
     common = {
@@ -368,7 +368,7 @@ def test_overwrite_deletes_only_what_a_run_wrote_and_only_after_the_corpora_load
 
 
 def test_a_run_folder_in_use_stops_a_second_training_before_it_writes(tmp_path: Path, capsys) -> None:
-    """Issue 22, item 3: two trainings that both passed the folder check wrote into one folder. A training holds
+    """Two trainings that both passed the folder check once wrote into one folder. A training holds
     its folder's lock (an OS lock, gone with its process); a second one stops with exit 2 and writes nothing.
     A folder made for a run that then fails on its inputs is removed again; an --output_dir that is a file is
     refused by name."""
@@ -542,7 +542,7 @@ def test_killed_during_a_save_resumes_to_the_uninterrupted_weights(
 
 @pytest.mark.parametrize("vocab_size", [1, 5000])
 def test_a_vocabulary_of_another_size_than_asked_is_said(tmp_path: Path, caplog, vocab_size: int) -> None:
-    """Issue 22, item 14: --vocab_size 1 silently gave a vocabulary of every character (66 tokens); a corpus too
+    """--vocab_size 1 once silently gave a vocabulary of every character (66 tokens); a corpus too
     small for the size asked gives fewer tokens, also said."""
     options = TrainOptions(
         **tatoeba_files(tmp_path, 50), vocab_size=vocab_size, output_dir=tmp_path / "run", data_cache=tmp_path
@@ -566,7 +566,7 @@ def test_a_vocabulary_of_another_size_than_asked_is_said(tmp_path: Path, caplog,
             10,
             "scoring it anyway: training ended at step 10, too early to judge (the check",
         ),
-        # Issue 59: --max_train_minutes 1 stops a 100,000-step run inside its warm-up; "lower the peak learning
+        # --max_train_minutes 1 stops a 100,000-step run inside its warm-up; "lower the peak learning
         # rate" (exit 3) was the advice, judged by --max_steps instead of the steps trained
         (
             {"max_train_minutes": 1, "warmup_steps": 4000},
@@ -577,7 +577,7 @@ def test_a_vocabulary_of_another_size_than_asked_is_said(tmp_path: Path, caplog,
     ],
 )
 def test_a_collapsed_final_model_scored_anyway_says_why(tmp_path: Path, caplog, flags, steps, reason) -> None:
-    """Issue 22, item 14: "scoring it anyway, as asked" was said when nobody had asked."""
+    """The words "scoring it anyway, as asked" were once said unasked; now the reason is said."""
     options = TrainOptions(**tatoeba_files(tmp_path, 10), output_dir=tmp_path / "run", **flags)
     with caplog.at_level("WARNING"):
         final_model._check_final_model(options, steps, ["", "", ""], advice="Lower the peak learning rate")
@@ -664,7 +664,7 @@ def test_a_hand_edited_precision_record_stops_resume_with_the_fix(
 def test_a_time_budget_ends_training_with_a_checkpoint_and_resume_keeps_what_is_left(
     tmp_path: Path, caplog
 ) -> None:
-    """Issue 51: --max_train_minutes ends training on time, whatever the machine's speed (fairseq's
+    """--max_train_minutes ends training on time, whatever the machine's speed (fairseq's
     --stop-time-hours): the step that reaches the budget saves a checkpoint and is averaged into the final model;
     the seconds trained are recorded, a resume with no time left trains no further step, and a larger budget
     goes on from the same step."""
@@ -708,7 +708,7 @@ def max_step(run: Path) -> int:
 
 @pytest.mark.slow
 def test_a_compiled_job_compiles_at_most_the_shapes_it_announces(tmp_path: Path, monkeypatch, caplog) -> None:
-    """Issue 53: `vaswani-train --torch_compile` recompiled for almost every token-budget batch. Over a whole
+    """`vaswani-train --torch_compile` once recompiled for almost every token-budget batch. Over a whole
     job (the compiler swapped for dynamo's "eager" backend: tracing and guards, without inductor's minutes of C++
     compiling), dynamo compiles one graph per batch shape, no more than the progress lines announce."""
     from torch._dynamo.utils import counters

@@ -178,7 +178,7 @@ def test_a_nan_loss_is_stopped_as_divergence(letter_tokenizer, reversal_pairs, t
 def test_the_progress_line_counts_down_to_whichever_end_comes_first(
     budget_minutes: float | None, eta: str, caplog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 51: with a time budget (the main job's normal end) the ETA is the budget's, not that of a step cap the
+    """With a time budget (the main job's normal end) the ETA is the budget's, not that of a step cap the
     run will not reach; without one it is the step count's."""
     now = [1000.0]  # the progress line's clock, stopped: the test computes no time of its own
     monkeypatch.setattr(monitoring.time, "perf_counter", lambda: now[0])
@@ -194,7 +194,7 @@ def test_the_progress_line_counts_down_to_whichever_end_comes_first(
 
 
 def test_the_running_clock_leaves_out_a_stretch_in_which_the_process_did_not_run() -> None:
-    """Issue 58: a 60 s SIGSTOP counted against --max_train_minutes. The clock's thread wakes every tick; a wake-up
+    """A 60 s SIGSTOP once counted against --max_train_minutes. The clock's thread wakes every tick; a wake-up
     late by more than `gap` with (almost) no CPU used meanwhile is a stop, left out. Late while the process ran (a
     long call holding the GIL) or late by less than `gap` counts."""
     clock = RunningClock(tick=0.25, gap=2.0)
@@ -239,7 +239,7 @@ def test_a_sigstop_is_left_out_of_the_time_a_process_ran() -> None:
 
 
 def test_the_budget_says_that_it_ended_training_and_whether_warm_up_had_ended(caplog) -> None:
-    """Issue 58: no line said that the budget ended training; now one does, and a budget that ends it within the
+    """No line said that the budget ended training; now one does, and a budget that ends it within the
     warm-up says how far the learning rate rose."""
     caplog.set_level("INFO")
     budget = TrainingTimeBudget(minutes=1e-6, warmup_steps=8)

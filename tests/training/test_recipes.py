@@ -43,7 +43,7 @@ def test_without_a_recipe_flag_the_main_job_runs() -> None:
 
 
 def test_the_main_job_trains_to_a_time_budget_that_a_flag_switches_off() -> None:
-    """Issue 51: the main job stops on time on every machine; `--max_train_minutes none` (as `null` in a recipe)
+    """The main job stops on time on every machine; `--max_train_minutes none` (as `null` in a recipe)
     trains by --max_steps alone, and `none` works for every number setting that takes None."""
     assert parse_options(["--cuda_section", "false"]).max_train_minutes == 8.5
     options = parse_options(["--cuda_section", "false", "--max_train_minutes", "none", "--dropout", "NULL"])
@@ -204,7 +204,7 @@ def test_missing_recipe_data_names_the_file_and_data_dir(tmp_path: Path, capsys)
 
 
 def test_a_folder_given_as_a_corpus_file_is_named_as_a_folder(tmp_path: Path, capsys) -> None:
-    """Issue 22: a directory as --train_source was reported as "no such file"."""
+    """A directory as --train_source is named as a folder (it was reported as "no such file")."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for name in ("train.de", "test.en", "test.de"):
@@ -228,7 +228,7 @@ def test_a_misspelt_key_in_the_cuda_section_is_an_error_whether_it_applies_or_no
 
 @pytest.mark.parametrize("recorded", [False, True])
 def test_resume_keeps_the_runs_torch_compile_which_shapes_its_batches(tmp_path: Path, recorded: bool) -> None:
-    """Issue 53: --torch_compile pads batches to a few shapes, so a run resumed with the other setting would
+    """--torch_compile pads batches to a few shapes, so a run resumed with the other setting would
     continue on other batches than it skipped: a difference --resume refuses, naming the recorded value."""
     from vaswani_transformer.training.options import changed_on_resume
 
@@ -247,9 +247,10 @@ def test_resume_keeps_the_runs_torch_compile_which_shapes_its_batches(tmp_path: 
 
 
 def test_a_warm_up_no_run_can_reach_is_refused_and_one_beyond_max_steps_warned() -> None:
-    """Issue 58: --warmup_steps 1e12 was accepted (the learning rate of eq. (3) rises for W steps, so a run of M < W
-    steps peaks at M/W of the schedule's peak: 4e-20 here). Beyond 10,000 times --max_steps it is refused naming
-    both flags and the fix; a warm-up beyond --max_steps alone is a warning (a short trial of a recipe is one)."""
+    """--warmup_steps 1e12 was once accepted (the learning rate of eq. (3) rises for W steps, so a run of
+    M < W steps peaks at M/W of the schedule's peak: 4e-20 here). Beyond 10,000 times --max_steps it is
+    refused naming both flags and the fix; a warm-up beyond --max_steps alone is a warning (a short trial of a
+    recipe is one)."""
     with pytest.raises(
         ValueError, match=r"--warmup_steps 1,000,000,000,000 is beyond the reach of --max_steps 100,000"
     ):

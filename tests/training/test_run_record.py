@@ -1,4 +1,4 @@
-"""Issue 58: what a run's record holds beside its settings (its corpora's fingerprint, its vocabulary), what
+"""What a run's record holds beside its settings (its corpora's fingerprint, its vocabulary), what
 --resume checks against it, and the checkpoints it will not continue from (the refusals themselves, exit 2 with
 nothing written, are RESUME_CASES in tests/test_bad_inputs.py)."""
 

@@ -265,7 +265,7 @@ def test_mixed_precision_follows_the_launcher_unless_the_flag_names_one(
 def test_resuming_warns_of_missing_weights_but_not_of_the_tied_ones(
     letter_tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 22, item 14: every --resume warned that lm_head and the decoder's embedding were missing from the
+    """Every --resume once warned that lm_head and the decoder's embedding were missing from the
     checkpoint; they are the encoder's table (tied), which a checkpoint holds once. A weight really missing is
     still named."""
     import transformers.trainer
@@ -295,7 +295,7 @@ def test_resuming_warns_of_missing_weights_but_not_of_the_tied_ones(
 
 
 def test_processes_wait_hours_not_minutes_for_the_first_data_preparation(tmp_path: Path) -> None:
-    """Issue 24: other ranks wait at a barrier while the main process prepares a new corpus (about 11 minutes for
+    """Other ranks wait at a barrier while the main process prepares a new corpus (about 11 minutes for
     4.5M pairs on 2 cores, more on a busy host); transformers' default 30-minute process-group timeout would end
     the run, so the package sets its own."""
     args = paper_arguments(tmp_path, 32, max_steps=1)

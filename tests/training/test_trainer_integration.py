@@ -95,7 +95,7 @@ def test_gradient_accumulation_equals_one_big_batch(letter_tokenizer, tmp_path: 
 def test_eval_loss_is_plain_cross_entropy_and_label_smoothing_factor_is_honoured(
     letter_tokenizer, tmp_path: Path
 ) -> None:
-    """Issue 23, item 3: `eval_loss` is the plain per-token negative log-likelihood (it was label-smoothed), and a
+    """`eval_loss` is the plain per-token negative log-likelihood (it was label-smoothed), and a
     Trainer's `label_smoothing_factor` replaces the model's ε with its own (transformers' LabelSmoother), in
     training and evaluation alike, as for any transformers model."""
     torch.manual_seed(0)
@@ -130,7 +130,7 @@ def test_eval_loss_is_plain_cross_entropy_and_label_smoothing_factor_is_honoured
 
 
 def test_trainer_saves_carry_the_translation_pipeline(letter_tokenizer, tmp_path: Path) -> None:
-    """Issue 23, item 1: Trainer.save_model (and so push_to_hub and checkpoints) writes the pipeline's code and
+    """Trainer.save_model (and so push_to_hub and checkpoints) writes the pipeline's code and
     declares it, as save_pretrained does."""
     torch.manual_seed(0)
     model = VaswaniTransformerForConditionalGeneration(tiny_config(vocab_size=len(letter_tokenizer)))
@@ -153,7 +153,7 @@ def test_trainer_saves_carry_the_translation_pipeline(letter_tokenizer, tmp_path
 def test_every_predicted_batch_gets_the_papers_output_limit(
     letter_tokenizer, tmp_path: Path, generation_warnings
 ) -> None:
-    """Issue 23, item 9: Seq2SeqTrainer writes transformers' default max_length (20) into the model's generation
+    """Seq2SeqTrainer writes transformers' default max_length (20) into the model's generation
     config after its first generated batch, which capped every later batch at 20 tokens (instead of §6.1's
     longest source + 50) and made `max_new_tokens` warn that both were set. Now every batch gets the paper's
     limit, and `max_new_tokens` takes precedence without the warning."""

@@ -1,5 +1,5 @@
 """Published weights of the paper's architecture as model folders of this package: fairseq's released Transformer
-checkpoints (`convert_fairseq`) and transformers' FSMT models (`convert_fsmt`), converted exactly (issue 52)."""
+checkpoints (`convert_fairseq`) and transformers' FSMT models (`convert_fsmt`), converted exactly."""
 
 import lazy_loader
 

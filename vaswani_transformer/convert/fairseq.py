@@ -1,4 +1,4 @@
-"""fairseq's released Transformer checkpoints as transformers FSMT folders (issue 52).
+"""fairseq's released Transformer checkpoints as transformers FSMT folders.
 
 A fairseq checkpoint folder (`model.pt`, `dict.<src>.txt` and `dict.<tgt>.txt` or one `dict.txt`, `bpecodes`; e.g.
 fairseq's `wmt16.en-de.joined-dict.transformer`) becomes what transformers' own conversion script

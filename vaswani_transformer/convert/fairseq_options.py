@@ -1,5 +1,5 @@
-"""What a fairseq checkpoint's args (or cfg) say about its model, and what of it the paper's model cannot hold
-(issue 52): each option that would change the computation or the token ids is named when refused."""
+"""What a fairseq checkpoint's args (or cfg) say about its model, and what of it the paper's model cannot hold:
+each option that would change the computation or the token ids is named when refused."""
 
 import argparse
 from collections.abc import Mapping

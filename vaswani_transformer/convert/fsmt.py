@@ -1,4 +1,4 @@
-"""transformers' FSMT models as model folders of this package, exactly (issue 52).
+"""transformers' FSMT models as model folders of this package, exactly.
 
 `FSMTForConditionalGeneration` is transformers' port of fairseq's Transformer, the paper's post-norm architecture
 with three differences this package's config expresses (its docstring): fairseq's sinusoids (sines, then cosines:
@@ -256,8 +256,8 @@ def convert_fairseq(
     """Convert a released fairseq Transformer folder (model.pt, dict.*.txt, bpecodes) into a model folder of this
     package at `out`: into an FSMT folder first (`fairseq.write_fsmt_folder`, a temporary folder removed
     afterwards), then as `convert_fsmt` converts it. Returns `out`."""
-    # convert/fairseq.py, the checkpoint reader (the other half of issue 52), is imported on use: the FSMT route and
-    # its tests need none of it.
+    # convert/fairseq.py, the checkpoint reader (the fairseq half of the conversion), is imported on use: the FSMT
+    # route and its tests need none of it.
     from .fairseq import write_fsmt_folder
 
     out = Path(out)

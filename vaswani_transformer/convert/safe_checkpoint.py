@@ -1,4 +1,4 @@
-"""Reading a fairseq checkpoint (`model.pt`, a pickle) without running its code (issue 52).
+"""Reading a fairseq checkpoint (`model.pt`, a pickle) without running its code.
 
 torch's weights-only unpickler reads tensors and plain containers; this module lets through only what else a fairseq
 checkpoint pickles — `argparse.Namespace`, and fairseq's own training-state objects as inert records — and refuses

@@ -1,4 +1,4 @@
-"""fairseq's vocabulary and subword-nmt's BPE codes as FSMTTokenizer's files (issue 52).
+"""fairseq's vocabulary and subword-nmt's BPE codes as FSMTTokenizer's files.
 
 fairseq's Dictionary numbers `<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3, then its dict file's symbols in order, padded
 to a multiple of 8; its symbols mark a piece that a word continues after with `@@`. FSMTTokenizer's vocabulary marks

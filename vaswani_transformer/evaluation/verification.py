@@ -1,4 +1,4 @@
-"""A model folder must match its weights (issue 58), checked before anything of it loads.
+"""A model folder must match its weights, checked before anything of it loads.
 
 transformers loads what it can and initialises the rest at random: a config.json edited after the weights were
 saved (another layer count, head count, activation or model type), a model.safetensors missing a tensor or holding
