@@ -134,7 +134,7 @@ def free_port() -> int:
 
 
 def start_server(args: argparse.Namespace, engine: str, port: int) -> subprocess.Popen:
-    command = [sys.executable, "-m", "vaswani_transformer.cli.serve", args.model, "--engine", engine]
+    command = [sys.executable, "-m", "vaswani_transformer", "serve", args.model, "--engine", engine]
     command += ["--device", args.device, "--dtype", args.dtype, "--port", str(port), "--log_level", "warning"]
     command += ["--max_queue", "100000", "--request_timeout", "3600"]
     if args.decoding_workers is not None:

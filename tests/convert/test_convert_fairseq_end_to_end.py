@@ -7,9 +7,11 @@ import torch
 import yaml
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-import vaswani_transformer  # noqa: F401  (registers the model with transformers' Auto classes)
+import vaswani_transformer
 from tests.convert.fairseq_fixture import HOLDABLE_SIZES, SENTENCES, make_fairseq_checkpoint
 from vaswani_transformer.hub import build_model_card
+
+vaswani_transformer.register_auto_classes()  # the Auto classes load the converted folder with the package's classes
 
 
 def test_vaswani_convert_fairseq_gives_the_fsmt_models_outputs(tmp_path: Path) -> None:

@@ -88,7 +88,7 @@ def load_tokenizer_in_a_fresh_interpreter(
     script = textwrap.dedent(
         f"""
         import sys, time
-        {"import vaswani_transformer" if package else 'sys.modules["vaswani_transformer"] = None'}
+        {"import vaswani_transformer; vaswani_transformer.register_auto_classes()" if package else 'sys.modules["vaswani_transformer"] = None'}
         from transformers import AutoTokenizer, PreTrainedTokenizerFast
         started = time.monotonic()
         tokenizer = {load}
