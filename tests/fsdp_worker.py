@@ -86,8 +86,11 @@ def main(output_dir: str) -> None:
     plugin = (
         FullyShardedDataParallelPlugin()
     )  # from the FSDP_* settings the launcher read from the config file
-    accelerator = SimpleNamespace(
-        state=SimpleNamespace(fsdp_plugin=plugin), mixed_precision="no", is_main_process=rank == 0
+    accelerator = SimpleNamespace(  # what fsdp2_prepare_model reads of an Accelerator (1.16 also its device)
+        state=SimpleNamespace(fsdp_plugin=plugin),
+        mixed_precision="no",
+        is_main_process=rank == 0,
+        device=torch.device("cpu"),
     )
     model = fsdp2_prepare_model(accelerator, new_model())
     units = [name for name, module in model.named_modules() if isinstance(module, FSDPModule)]

@@ -150,9 +150,9 @@ def test_a_second_evaluation_of_a_name_stops_before_decoding(model: Path, tmp_pa
     assert not scores.exists() and not claim_path(scores).exists()
 
 
-def command(module: str, *arguments: str | Path) -> subprocess.Popen:
+def command(name: str, *arguments: str | Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", f"vaswani_transformer.cli.{module}", *map(str, arguments)],
+        [sys.executable, "-m", "vaswani_transformer", name, *map(str, arguments)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -189,8 +189,8 @@ def test_two_evaluations_of_one_name_at_once_keep_one_whole_result(model: Path, 
 def test_two_exports_into_one_folder_at_once_keep_one_whole_export(model: Path, tmp_path: Path) -> None:
     """An int8 and a float32 export once both exited 0, the int8 one replaced; now one export stays whole."""
     output = tmp_path / "out"
-    int8 = command("export", model, output, "--quantization", "int8")
-    float32 = command("export", model, output, "--quantization", "float32")
+    int8 = command("export-ctranslate2", model, output, "--quantization", "int8")
+    float32 = command("export-ctranslate2", model, output, "--quantization", "float32")
     winner = one_wins(int8, float32, earlier="is not empty")
     reference = tmp_path / "reference"
     quantization = "int8" if winner is int8 else "float32"

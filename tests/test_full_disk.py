@@ -23,13 +23,16 @@ from vaswani_transformer.training.checkpoints import checkpoint_problem, find_ch
 
 pytestmark = pytest.mark.slow  # every test runs a command in a fresh interpreter
 
-# A console command's main, run with the kernel's file size limit set once the package is imported.
+# A console command's main through the commands' wrapper, with the kernel's file size limit set once the package
+# is imported (none: no limit).
 LIMITED = """
 import resource, signal, sys
 from vaswani_transformer.cli import {module} as cli
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
-sys.exit(cli.main(sys.argv[1:]))
+from vaswani_transformer.cli.command import command
+if {limit} is not None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+sys.exit(command(cli.main)(sys.argv[1:]))
 """
 
 
@@ -37,10 +40,7 @@ def run_command(
     module: str, arguments: list[str], cwd: Path, *, file_limit: int | None = None, **env: str
 ) -> subprocess.CompletedProcess:
     """vaswani-<module> in a process of its own, every file it writes limited to `file_limit` bytes."""
-    if file_limit is None:
-        command = [sys.executable, "-m", f"vaswani_transformer.cli.{module}", *arguments]
-    else:
-        command = [sys.executable, "-c", LIMITED.format(module=module, limit=file_limit), *arguments]
+    command = [sys.executable, "-c", LIMITED.format(module=module, limit=file_limit), *arguments]
     return subprocess.run(
         command, cwd=cwd, capture_output=True, text=True, timeout=600, env={**os.environ, **env}
     )

@@ -4,6 +4,7 @@ command runs (unless --verbose)."""
 
 import contextlib
 import logging
+import os
 import warnings
 from collections.abc import Iterator
 
@@ -14,6 +15,7 @@ QUIET_LOGGERS = (
     "huggingface_hub",
     "accelerate",
     "torch",
+    "torch.utils._pytree",  # torch's import sets its own loggers' levels again, but not this one's
     "torchao",
     "datasets",
     "onnxscript",
@@ -68,6 +70,21 @@ def quiet_libraries(verbose: bool = False) -> Iterator[None]:
     if verbose:
         yield
         return
-    with loggers_below_error_held(QUIET_LOGGERS), warnings.catch_warnings():
+    with loggers_below_error_held(QUIET_LOGGERS), torch_logs_below_error(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", module=r"(?!vaswani_transformer)")
         yield
+
+
+@contextlib.contextmanager
+def torch_logs_below_error() -> Iterator[None]:
+    """torch sets its loggers' levels again when it is imported (a command imports it after its options are
+    parsed, inside `quiet_libraries`), from its documented TORCH_LOGS variable: "-all" has it hold back its own
+    lines below ERROR. A TORCH_LOGS the user set is left as it is."""
+    if "TORCH_LOGS" in os.environ:
+        yield
+        return
+    os.environ["TORCH_LOGS"] = "-all"
+    try:
+        yield
+    finally:
+        os.environ.pop("TORCH_LOGS", None)
