@@ -5,55 +5,49 @@ first used (PEP 562), and taking any of them registers the model with transforme
 registry (`register_auto_classes`), as does calling that function yourself (docs/decisions/lazy-import.md).
 """
 
-import importlib
 from typing import TYPE_CHECKING
 
-# Each public name and the module that defines it.
-_EXPORTS = {
-    "PIPELINE_TASK": ".modeling.configuration_vaswani_transformer",
-    "PRESETS": ".modeling.configuration_vaswani_transformer",
-    "VaswaniTransformerConfig": ".modeling.configuration_vaswani_transformer",
-    "VaswaniTransformerForConditionalGeneration": ".modeling.modeling_vaswani_transformer",
-    "VaswaniTransformerModel": ".modeling.modeling_vaswani_transformer",
-    "VaswaniTransformerPreTrainedModel": ".modeling.modeling_vaswani_transformer",
-    "VaswaniTranslationPipeline": ".decoding.pipeline",
-    "register_auto_classes": ".auto",
-    "translate": ".decoding.translate",
-}
+import lazy_loader
 
-__all__ = [
-    "PIPELINE_TASK",
-    "PRESETS",
-    "VaswaniTransformerConfig",
-    "VaswaniTransformerForConditionalGeneration",
-    "VaswaniTransformerModel",
-    "VaswaniTransformerPreTrainedModel",
-    "VaswaniTranslationPipeline",
-    "register_auto_classes",
-    "translate",
-]
+_getattr, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "auto": ["register_auto_classes"],
+        "decoding.pipeline": ["VaswaniTranslationPipeline"],
+        "decoding.translate": ["translate"],
+        "modeling.configuration_vaswani_transformer": [
+            "PIPELINE_TASK",
+            "PRESETS",
+            "VaswaniTransformerConfig",
+        ],
+        "modeling.modeling_vaswani_transformer": [
+            "VaswaniTransformerForConditionalGeneration",
+            "VaswaniTransformerModel",
+            "VaswaniTransformerPreTrainedModel",
+        ],
+    },
+)
 
 if TYPE_CHECKING:
-    from .auto import register_auto_classes
-    from .decoding.pipeline import VaswaniTranslationPipeline
-    from .decoding.translate import translate
-    from .modeling.configuration_vaswani_transformer import PIPELINE_TASK, PRESETS, VaswaniTransformerConfig
+    from .auto import register_auto_classes as register_auto_classes
+    from .decoding.pipeline import VaswaniTranslationPipeline as VaswaniTranslationPipeline
+    from .decoding.translate import translate as translate
+    from .modeling.configuration_vaswani_transformer import PIPELINE_TASK as PIPELINE_TASK
+    from .modeling.configuration_vaswani_transformer import PRESETS as PRESETS
+    from .modeling.configuration_vaswani_transformer import (
+        VaswaniTransformerConfig as VaswaniTransformerConfig,
+    )
     from .modeling.modeling_vaswani_transformer import (
-        VaswaniTransformerForConditionalGeneration,
-        VaswaniTransformerModel,
-        VaswaniTransformerPreTrainedModel,
+        VaswaniTransformerForConditionalGeneration as VaswaniTransformerForConditionalGeneration,
+    )
+    from .modeling.modeling_vaswani_transformer import VaswaniTransformerModel as VaswaniTransformerModel
+    from .modeling.modeling_vaswani_transformer import (
+        VaswaniTransformerPreTrainedModel as VaswaniTransformerPreTrainedModel,
     )
 
 
 def __getattr__(name: str) -> object:
-    """The public `name`, imported on first use, once the model is registered with transformers."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    importlib.import_module(".auto", __name__).register_auto_classes()
-    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value  # later uses find it without this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    """The public `name`, imported on first use (lazy_loader), once the model is registered with transformers."""
+    if name in __all__:
+        _getattr("register_auto_classes")()
+    return _getattr(name)

@@ -197,7 +197,7 @@ def console_script(name: str) -> Main:
     def script(argv: Sequence[str] | None = None) -> int:
         return run_command(name, argv)
 
-    script.__name__ = script.__qualname__ = COMMANDS[name].replace("-", "_")
+    script.__name__ = script.__qualname__ = COMMANDS[name]
     script.__doc__ = (
         f"`vaswani-{name}`: `vaswani_transformer.cli.{COMMANDS[name]}.main`, ended as `run_command` says."
     )
