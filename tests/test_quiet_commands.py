@@ -97,6 +97,17 @@ def test_a_refused_combination_is_one_line_without_the_usage_block(model_dir) ->
     ]
 
 
+@pytest.mark.slow  # a command in a fresh interpreter
+def test_a_command_that_loaded_torch_ends_on_its_own_line_without_torchs_lines_at_exit() -> None:
+    """torch logs fake-tensor cache statistics at INFO when the interpreter exits, after a command has given the
+    libraries' loggers their levels back: the package's INFO lines must not open that door for them."""
+    refused = run_command("prepare", "--no_such_option", "x")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "error: Some specified arguments are not used by the HfArgumentParser: ['--no_such_option', 'x']"
+    ]
+
+
 @pytest.mark.slow  # exports the model to ONNX (dynamo): seconds to a minute
 def test_the_first_onnx_use_says_it_converts_and_where_it_caches_without_torchs_notes(
     model_dir, tmp_path

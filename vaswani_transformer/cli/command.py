@@ -24,6 +24,7 @@ jobs. SIGTERM ends it all the same.
 import argparse
 import functools
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -202,6 +203,31 @@ def console_script(name: str) -> Main:
         f"`vaswani-{name}`: `vaswani_transformer.cli.{COMMANDS[name]}.main`, ended as `run_command` says."
     )
     return script
+
+
+class _StandardError(logging.StreamHandler):
+    """A handler writing to standard error as it is when a line is logged (a test may have replaced it since)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def log_to_stderr(level: int | str = logging.INFO, line: str = "%(message)s") -> None:
+    """This package's log lines from `level` up (a run's progress, where it wrote) on standard error, formatted as
+    `line`. Set on the package's logger, not the root: the root stays at Python's WARNING, so the libraries' own
+    INFO lines stay hidden, also those they log at exit (torch's fake-tensor cache statistics), after
+    `quiet_libraries` has given their loggers their levels back."""
+    package = logging.getLogger(__package__.partition(".")[0])
+    package.setLevel(level.upper() if isinstance(level, str) else level)
+    handler = next((handler for handler in package.handlers if isinstance(handler, _StandardError)), None)
+    if handler is None:
+        handler = _StandardError()
+        package.addHandler(handler)
+    handler.setFormatter(logging.Formatter(line))
 
 
 def add_verbose_option(parser: argparse.ArgumentParser) -> None:

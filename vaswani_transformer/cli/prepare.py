@@ -13,17 +13,17 @@ Exit status: 0 when prepared (or found prepared), 2 for bad options or inputs, o
 written (read-only, or full: what was half-written is removed, and the message names the path).
 """
 
-import logging
 import sys
 from collections.abc import Sequence
 
 from ..files.writing import WriteError
+from .command import log_to_stderr
 from .train import parse_options
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, read, prepare, say where; returns the exit status."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    log_to_stderr()
     try:
         options = parse_options(argv, prog="vaswani-prepare", description=__doc__)
     except (ValueError, FileNotFoundError, WriteError) as error:

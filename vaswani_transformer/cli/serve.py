@@ -28,7 +28,6 @@ Exit status: 0 after a signal, 2 for bad options or a model that does not load (
 """
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from ..decoding.sentences import recorded_languages
 from ..serving.limits import ServerLimits, read_api_keys
 from ..serving.settings import ServeSettings
 from ..values import finite_float
+from .command import log_to_stderr
 from .decoding import add_decoding_arguments, engine_options, generate_overrides
 
 DEFAULTS = ServerLimits()
@@ -186,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=args.log_level.upper())
+    log_to_stderr(args.log_level, "%(levelname)s:%(name)s:%(message)s")
     settings = ServeSettings(**{**settings.__dict__, "source": source, "target": target})
     app = create_app(engine, settings, model_name=str(args.model))
     run_server(app, args.host, args.port, args.shutdown_timeout, args.log_level)

@@ -41,7 +41,7 @@ from ..training.options import (
     recorded_settings,
 )
 from ..training.recipes import available_recipes, load_recipe
-from .command import Interrupted, add_verbose_option
+from .command import Interrupted, add_verbose_option, log_to_stderr
 
 WRITE_FAILED = 5  # the exit status of a run that a full disk or read-only folder stopped
 
@@ -161,7 +161,7 @@ def _how_to_continue(output_dir: Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, train, evaluate, report; returns the exit status."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    log_to_stderr()
     try:
         options = parse_options(argv)
     except (ValueError, FileNotFoundError, WriteError) as error:  # bad options: nothing has run yet
