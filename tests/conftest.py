@@ -71,13 +71,19 @@ def tatoeba_sample(count: int) -> dict[str, tuple[str, ...]]:
     return {side: tuple(pairs[side]) for side in ("source", "target")}
 
 
+LANGUAGES = {
+    "source": "en",
+    "target": "de",
+}  # the embedded corpus's sides, as corpus files' suffixes name them
+
+
 def tatoeba_files(tmp_path: Path, count: int) -> dict[str, str]:
     """The first `count` embedded Tatoeba pairs as line-aligned train/test files (no ../shared needed)."""
     sample = tatoeba_sample(count)
     files = {}
     for split, size in (("train", count), ("test", 5)):
         for side in ("source", "target"):
-            path = tmp_path / f"{split}.{side}"
+            path = tmp_path / f"{split}.{LANGUAGES[side]}"
             path.write_text("\n".join(sample[side][:size]) + "\n", encoding="utf-8")
             files[f"{split}_{side}"] = str(path)
     return files

@@ -103,7 +103,11 @@ def test_main_job_card_names_its_data_cites_in_bibtex_and_states_its_limits(trai
     assert "one run-on sentence" in limitations and "`vaswani-translate --split_sentences`" in limitations
     assert "Translates English into German only" in limitations
     assert "at most 128 tokens a side" in limitations  # the recipe's --max_length
-    assert "((5 + |Y|) / 6)^α (α = 1.4)" in limitations  # the recipe's length penalty, as the Usage states
+    chosen = json.loads((trained_run.model_dir / "generation_config.json").read_text())["length_penalty"]
+    assert f"((5 + |Y|) / 6)^α (α = {chosen})" in limitations  # the α chosen on dev, as the Usage states
+    tried = json.loads((trained_run.model_dir / "scores.json").read_text())["length_penalty_on_dev"]
+    assert max(tried, key=tried.get) == str(chosen)
+    assert "α chosen after training by dev sacreBLEU, as §6.1 chose it on the development set" in text
     assert "pip install vaswani_transformer" not in text and "pip install 'vaswani_transformer[" not in text
     assert "`pip install -e .` in a clone of its repository, as it is not on PyPI" in text
     assert "`pip install -e '.[serve]'` in a clone" in text

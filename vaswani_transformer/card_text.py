@@ -6,6 +6,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .extras import repository_url as _repository_url
 from .provenance import Corpus, Origin
 
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "ru": "Russian"}
@@ -25,16 +26,6 @@ def original_link(origin: Origin) -> str:
     if origin.base_model:
         return f"[{origin.base_model}](https://huggingface.co/{origin.base_model})"
     return f"`{Path(origin.source).name}`"
-
-
-def _repository_url() -> str | None:
-    """The repository the installed package's metadata names ([project.urls] Repository or Source), if any."""
-    try:
-        urls = metadata.metadata("vaswani_transformer").get_all("Project-URL") or []
-    except metadata.PackageNotFoundError:
-        return None
-    named = dict(url.split(", ", 1) for url in urls if ", " in url)
-    return named.get("Repository") or named.get("Source")
 
 
 # What each file a saved folder carries does, in the card's words (`saving_vaswani_transformer.FOLDER_CODE`)

@@ -168,8 +168,17 @@ def _evaluation_text(trained: TrainedModel) -> str:
         f"{scores['num_sentences']:,} | {scores['sacrebleu']['score']:.2f} | "
         f"{scores['tokenized_bleu']['score']:.2f} |\n\n"
         f"sacreBLEU signature: `{scores['sacrebleu']['signature']}`. Decoding: "
-        f"{_decoding_text(scores.get('decoding', trained.decoding))}."
+        f"{_decoding_text(scores.get('decoding', trained.decoding))}{_length_penalty_choice_text(scores)}."
     )
+
+
+def _length_penalty_choice_text(scores: dict[str, Any]) -> str:
+    """How α was chosen, where the run chose it on dev (`--length_penalty_choices`)."""
+    tried = scores.get("length_penalty_on_dev")
+    if not tried:
+        return ""
+    each = ", ".join(f"{bleu:.2f} at α = {alpha}" for alpha, bleu in tried.items())
+    return f"; α chosen after training by dev sacreBLEU, as §6.1 chose it on the development set ({each})"
 
 
 def _decoding_text(settings: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ from vaswani_transformer.engines.ctranslate2_engine import CTranslate2Translator
 from vaswani_transformer.engines.ctranslate2_export import DECODING_FILE, to_ctranslate2
 from vaswani_transformer.engines.quantization import int8_linear_layers, quantize_int8
 from vaswani_transformer.evaluation import load_for_decoding
+from vaswani_transformer.extras import install_command
 
 
 @pytest.fixture(scope="module")
@@ -224,8 +225,8 @@ def test_meaningless_combinations_exit_2_before_loading(
 @pytest.mark.parametrize(
     ("missing", "arguments", "install"),
     [
-        ("torchao", ["--quantize", "int8"], "pip install 'vaswani_transformer[int8]'"),
-        ("ctranslate2", ["--engine", "ctranslate2"], "pip install 'vaswani_transformer[ctranslate2]'"),
+        ("torchao", ["--quantize", "int8"], install_command("int8")),
+        ("ctranslate2", ["--engine", "ctranslate2"], install_command("ctranslate2")),
     ],
 )
 def test_a_missing_engine_library_is_named_with_its_install_command(

@@ -14,15 +14,15 @@ from .command import add_verbose_option
 
 ENGINE_HELP = (
     "torch (default): the model in PyTorch. onnxruntime: the model's ONNX export (pip install "
-    "'vaswani_transformer[onnx]'), exported on first use into --onnx_cache, run by ONNX Runtime on the CPU in "
+    "-e '.[onnx]' in the checkout), exported on first use into --onnx_cache, run by ONNX Runtime on the CPU in "
     "float32 with the same search as torch. ctranslate2: the model's CTranslate2 export (pip install "
-    "'vaswani_transformer[ctranslate2]'), converted on first use into --ctranslate2_cache and reused after; "
+    "-e '.[ctranslate2]' in the checkout), converted on first use into --ctranslate2_cache and reused after; "
     "its beam search divides by |Y|^α, not the paper's GNMT ((5 + |Y|) / 6)^α, so close calls may differ"
 )
 QUANTIZE_HELP = (
     "none (default) or int8. With --engine ctranslate2: CTranslate2's int8 compute type, the fast CPU path. "
     "With --engine torch (CPU only): dynamic int8 in the encoder's and decoder's linear layers through torchao "
-    "(pip install 'vaswani_transformer[int8]'); embeddings and the output projection, which shares their "
+    "(pip install -e '.[int8]'); embeddings and the output projection, which shares their "
     "table, stay unquantized. Eager torchao int8 pays off in large layers; for small models it is slower "
     "than the bfloat16 autocast that auto gives on CPUs where it is faster (benchmarks/bench_decoding.py --model)"
 )

@@ -3,7 +3,7 @@
     vaswani-export-ctranslate2 runs/multi30k/final runs/multi30k/ct2 --quantization int8
 
 Use it to serve translations in production: CTranslate2 decodes on CPU (int8 weights) and GPU without PyTorch,
-in C++ (pip install 'vaswani_transformer[ctranslate2]'). Translate with
+in C++ (pip install -e '.[ctranslate2]'). Translate with
 `vaswani_transformer.engines.CTranslate2Translator(FOLDER).translate([...])`, which reads the tokenizer and the
 model's decoding settings from FOLDER. Training, evaluation and the reported BLEU stay with the PyTorch model:
 CTranslate2's length penalty is |Y|^α, not the paper's GNMT form, so beam search can differ on close calls.
@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..engines.options import MAX_EXPORT_POSITIONS, WEIGHT_TYPES, check_max_positions
+from ..extras import MissingExtra, check_extra
 from ..files.paths import check_apart, is_local_path
 from ..trust import TRUST_FLAG, TRUST_HELP
 from .command import add_verbose_option
@@ -66,6 +67,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Export and print the output folder; exit status 2 for a refused output folder or model."""
     args = parse_args(argv)
+    try:
+        check_extra("ctranslate2", "vaswani-export-ctranslate2")
+    except MissingExtra as error:
+        print(f"vaswani-export-ctranslate2: {error}", file=sys.stderr)
+        return 2
     from ..engines.ctranslate2_export import to_ctranslate2
 
     model_folder = args.model if is_local_path(args.model) else None  # a Hub id: the Hub's cache

@@ -6,7 +6,7 @@ graphs with dynamic batch and lengths, plus the tokenizer, config and generation
 Decode the folder with `vaswani_transformer.engines.load_onnx_model(FOLDER)` (a model whose generate() runs
 the graphs with the package's beam search), or let `vaswani-translate MODEL --engine onnxruntime` export and cache
 it for you. Graph inputs and outputs are described in vaswani_transformer/onnx_export.py
-(pip install 'vaswani_transformer[onnx]').
+(pip install -e '.[onnx]').
 
 Written all or nothing: into a temporary sibling folder, moved into place as a whole at the end.
 One writer at a time: a second command writing the same folder meanwhile exits 2 naming the first (its PID and host).
@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..extras import MissingExtra, check_extra
 from ..files.paths import check_apart, is_local_path
 from ..trust import TRUST_FLAG, TRUST_HELP
 from .command import add_verbose_option
@@ -48,6 +49,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Export and print the output folder; exit status 2 for a refused output folder or model."""
     args = parse_args(argv)
+    try:
+        check_extra("onnx", "vaswani-export-onnx")
+    except MissingExtra as error:
+        print(f"vaswani-export-onnx: {error}", file=sys.stderr)
+        return 2
     from ..engines.onnx_export import to_onnx
 
     model_folder = args.model if is_local_path(args.model) else None  # a Hub id: the Hub's cache

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..decoding.sentences import recorded_languages
+from ..extras import MissingExtra, check_extra
 from ..serving.limits import ServerLimits, read_api_keys
 from ..serving.settings import ServeSettings
 from ..values import finite_float
@@ -176,6 +177,11 @@ def language_pair(args: argparse.Namespace) -> tuple[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Load the model (exit 2 if it does not load), then serve until a signal; 0 after a graceful end."""
     args, settings = parse_args(argv)
+    try:
+        check_extra("serve", "vaswani-serve")
+    except MissingExtra as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     from ..engines.load import load_engine
     from ..serving.app import create_app
     from ..serving.server import run_server

@@ -35,12 +35,13 @@ from ..training.options import (
     DEFAULT_RECIPE,
     TrainOptions,
     applies_cuda_section,
+    by_steps_note,
     cuda_section_note,
     option_groups,
     option_names,
     recorded_settings,
 )
-from ..training.recipes import available_recipes, load_recipe
+from ..training.recipes import available_recipes, by_steps_rows, load_recipe, row_for, row_settings
 from .command import Interrupted, add_verbose_option, log_to_stderr
 
 WRITE_FAILED = 5  # the exit status of a run that a full disk or read-only folder stopped
@@ -96,6 +97,13 @@ def parse_options(
     recipe = load_recipe(name, allowed=option_names(), cuda=cuda)
     parser.set_defaults(**recipe, recipe=name, cuda_section=cuda)
     (options,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
+    rows = [] if cuda or options.resume else by_steps_rows(name, allowed=option_names())
+    if rows:  # the recipe's settings for the steps this run trains, under the flags given
+        from ..training.step_rate import steps_to_fit
+
+        steps = steps_to_fit(options, rows)
+        parser.set_defaults(**row_settings(row_for(rows, steps)), fit_to_steps=steps)
+        (options,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
     from ..training.run_folder import read_run_record
 
     record = read_run_record(options.output_dir) if options.resume else None
@@ -185,8 +193,9 @@ def train(options: TrainOptions) -> int:
         return 2
     logger = logging.getLogger(__name__)
     logger.info(f"recipe {options.recipe}; run folder {options.output_dir}")
-    if note := cuda_section_note(options):
-        logger.info(note)
+    for note in (cuda_section_note(options), by_steps_note(options)):
+        if note is not None:
+            logger.info(note)
     try:
         result = train_and_evaluate(options)
     except KeyboardInterrupt:

@@ -11,7 +11,7 @@ Input is translated as it is read, a buffer of --buffer_lines lines at a time: e
 written (and flushed) before the next buffer is read, so they start at once and memory does not grow with the
 input; --buffer_lines 1 translates each line as soon as it ends, as the command does by itself when standard input
 is a terminal (typing). --split_sentences translates each line sentence by sentence (the splitter of vaswani-serve,
-sentencex: pip install 'vaswani_transformer[serve]') and joins the translations with the line's own spacing.
+sentencex: pip install -e '.[serve]') and joins the translations with the line's own spacing.
 Standard input is only ever text to translate: a model folder whose files name code of their own is refused, never
 asked about (--trust_remote_code).
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from transformers.utils import cached_file
 
-SPLIT_EXTRA = "pip install sentencex (or 'vaswani_transformer[serve]')"
+from ..extras import install_command
+
+SPLIT_EXTRA = install_command("serve")
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from transformers import PreTrainedModel
 
 from ..claims import claimed_output
 from ..evaluation.loading import load_for_decoding
+from ..extras import install_command
 from ..files.paths import check_new_or_empty
 from ..files.writing import folder_written_whole
 from ..modeling.modeling_vaswani_transformer import queries_per_source, rows_per_beam
@@ -40,7 +41,7 @@ GRAPHS = ("encoder.onnx", "cross_attention.onnx", "decoder.onnx")
 OPSET = 18
 # What the export writes for a given model: bump it when that changes, so cached exports are made anew.
 ONNX_EXPORT_FORMAT = 1
-ONNX_EXTRA = "pip install 'vaswani_transformer[onnx]' (onnx, onnxscript, onnxruntime)"
+ONNX_EXTRA = install_command("onnx")
 
 
 def key_value_names(prefix: str, layers: int) -> list[str]:

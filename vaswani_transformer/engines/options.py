@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..extras import install_command
 from ..files.paths import check_cache_folder
 
 ENGINES = ("torch", "onnxruntime", "ctranslate2")
@@ -18,7 +19,7 @@ DTYPES = ("float32", "bfloat16", "float16")  # torch dtypes, by name
 WEIGHT_TYPES = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16", "int8_float16")
 # The most positions an export's tables hold: 0.27 GB a stack at d_model 1,024, far beyond any sentence.
 MAX_EXPORT_POSITIONS = 2**16
-CTRANSLATE2_EXTRA = "pip install 'vaswani_transformer[ctranslate2]' (or ctranslate2)"
+CTRANSLATE2_EXTRA = install_command("ctranslate2")
 
 
 @dataclass(frozen=True)

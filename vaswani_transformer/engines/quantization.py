@@ -13,9 +13,10 @@ from typing import Any
 
 from torch import nn
 
+from ..extras import install_command
 from ..quiet import quiet_import_warnings
 
-INT8_EXTRA = "pip install 'vaswani_transformer[int8]' (or torchao)"
+INT8_EXTRA = install_command("int8")
 INT8_DESCRIPTION = (
     "int8 (torchao: per-channel int8 weights, per-token dynamic int8 activations) in the encoder's and "
     "decoder's linear layers; embeddings and the tied lm_head unquantized"

@@ -114,6 +114,7 @@ def _score(
     tokenizer: PreTrainedTokenizerBase,
     pairs: Dataset,
     references_tokenized: list[str] | None = None,
+    **generate_overrides: Any,
 ) -> tuple[list[str], dict]:
     return translate_and_score(
         TorchEngine(model, tokenizer),
@@ -126,7 +127,39 @@ def _score(
         show_progress=True,
         # --num_beams 1 is not in the model's config (keep_decoding_settings); the rest is
         **({} if options.num_beams is None else {"num_beams": options.num_beams}),
+        **generate_overrides,
     )
+
+
+def choose_length_penalty(
+    options: TrainOptions,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    dev: Dataset,
+    model_dir: Path,
+) -> tuple[list[str], dict]:
+    """§6.1: α was "chosen after experimentation on the development set". The dev set decoded with each of
+    --length_penalty_choices; the α of the best dev sacreBLEU (the first of equals) is kept in the model's
+    generation config, in memory and in `model_dir`. Returns its dev translations and scores, which also hold
+    every α's dev sacreBLEU (`length_penalty_on_dev`)."""
+    decoded = {
+        alpha: _score(options, model, tokenizer, dev, length_penalty=alpha)
+        for alpha in options.length_penalty_choices
+    }
+    bleu = {alpha: scores["sacrebleu"]["score"] for alpha, (_, scores) in decoded.items()}
+    chosen = max(bleu, key=bleu.__getitem__)
+    logger.info(
+        f"length penalty: α {chosen} chosen on dev ("
+        + ", ".join(f"α {alpha}: {score:.2f}" for alpha, score in bleu.items())
+        + " sacreBLEU)"
+    )
+    model.generation_config.length_penalty = chosen
+    generation_config = GenerationConfig.from_pretrained(model_dir)
+    generation_config.update(length_penalty=chosen)
+    generation_config.save_pretrained(model_dir)
+    hypotheses, scores = decoded[chosen]
+    scores["length_penalty_on_dev"] = {str(alpha): score for alpha, score in bleu.items()}
+    return hypotheses, scores
 
 
 def evaluate_final_model(
@@ -137,16 +170,28 @@ def evaluate_final_model(
     model, tokenizer = load_for_decoding(model_dir)
     dev_scores = None
     if corpora.dev is not None:
-        dev_hypotheses, dev_scores = _score(options, model, tokenizer, corpora.dev)
+        if options.length_penalty is None and options.length_penalty_choices:
+            dev_hypotheses, dev_scores = choose_length_penalty(
+                options, model, tokenizer, corpora.dev, model_dir
+            )
+        else:
+            dev_hypotheses, dev_scores = _score(options, model, tokenizer, corpora.dev)
         logger.info(
             f"dev: sacreBLEU {dev_scores['sacrebleu']['score']:.2f} (final model, {len(corpora.dev)} pairs)"
         )
         _check_final_model(options, steps, dev_hypotheses, advice)
         write_scores(model_dir, dev_hypotheses, dev_scores, name="dev_", choose="--output_dir")
     else:
+        if options.length_penalty is None and options.length_penalty_choices:
+            logger.info(
+                f"length penalty: no dev set to choose α on, the model's ({model.generation_config.length_penalty}) "
+                "is kept: --dev_size N chooses it, --length_penalty sets it"
+            )
         sample = list(corpora.train["source"][:SANITY_SAMPLE])
         _check_final_model(options, steps, translate(sample, model, tokenizer, num_beams=1), advice)
     hypotheses, scores = _score(options, model, tokenizer, corpora.test, corpora.test_references_tokenized)
+    if dev_scores is not None and "length_penalty_on_dev" in dev_scores:  # the card says how α was chosen
+        scores["length_penalty_on_dev"] = dev_scores["length_penalty_on_dev"]
     write_scores(model_dir, hypotheses, scores, choose="--output_dir")
     examples = list(options.examples)
     translations = dict(zip(examples, translate(examples, model, tokenizer), strict=True))

@@ -20,7 +20,17 @@ from huggingface_hub.errors import StrictDataclassError
 from ..files.manifests import HASH_ALWAYS_BYTES
 from ..modeling.presets_vaswani_transformer import PRESETS
 from ..values import check_finite, check_length_penalty
-from .recipes import available_recipes, cuda_settings, load_recipe, setting_defaults
+from .languages import SPLITS, corpus_languages
+from .recipes import (
+    STEPS_BELOW,
+    available_recipes,
+    by_steps_rows,
+    cuda_settings,
+    load_recipe,
+    row_for,
+    row_settings,
+    setting_defaults,
+)
 
 if TYPE_CHECKING:  # imported where used: the train command's options and --help build without torch
     from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
@@ -67,6 +77,7 @@ MAY_CHANGE_ON_RESUME = {
     "verify_cache": "how much of the prepared data is read to check it; the data is the same",
     "max_steps": "a run continues to a larger --max_steps (eq. (3)'s schedule does not depend on it)",
     "max_train_minutes": "like --max_steps, when training ends: a run continues within a larger budget",
+    "fit_to_steps": "where values come from; the values themselves are compared",
     "mixed_precision": "a precision named by flag replaces the recorded one, e.g. on another GPU; auto keeps it",
     "logging_steps": "logging",
     "report_to": "logging",
@@ -75,6 +86,7 @@ MAY_CHANGE_ON_RESUME = {
     "eval_batch_size": "decoding speed",
     "num_beams": "the final model's decoding, after training",
     "length_penalty": "the final model's decoding, after training",
+    "length_penalty_choices": "the final model's decoding, after training",
     "examples": "sentences translated at the end",
     "push_to_hub": "sharing, after training",
     "hub_private": "sharing, after training",
@@ -125,8 +137,14 @@ class TrainOptions:
     )
     train_target: str | None = _setting("train_target", "target text file, line-aligned")
     hub_config: str | None = _setting("hub_config", "configuration of a Hub dataset, e.g. de-en")
-    source_lang: str = _setting("source_lang", "source language code")
-    target_lang: str = _setting("target_lang", "target language code")
+    source_lang: str | None = _setting(
+        "source_lang",
+        "source language code (none: as the corpus files' suffixes say, train.fr → fr; the embedded corpus: en)",
+    )
+    target_lang: str | None = _setting(
+        "target_lang",
+        "target language code (none: as the corpus files' suffixes say; the embedded corpus: de)",
+    )
     dev_source: str | None = _setting("dev_source", "dev source file / TSV / Hub id")
     dev_target: str | None = _setting("dev_target", "dev target file")
     dev_size: int = _setting(
@@ -185,6 +203,11 @@ class TrainOptions:
         "-STOP) does not count; the step that reaches it saves a checkpoint, so stopping on time is a normal end; "
         "none: --max_steps alone",
     )
+    fit_to_steps: int | None = _setting(
+        "fit_to_steps",
+        "the steps the recipe's by_steps: rows are chosen for (none: the steps this machine is measured to train "
+        "within --max_train_minutes, else --max_steps); flags given still win over a row's values",
+    )
     warmup_steps: int = _setting(
         "warmup_steps",
         f"warm-up steps of eq. (3); beyond --max_steps a warning, beyond {MAX_WARMUP_PER_STEP:,} times it an error",
@@ -222,6 +245,12 @@ class TrainOptions:
     length_penalty: float | None = _setting(
         "length_penalty", "GNMT α, kept in the final model's generation config (none: the model's, 0.6, §6.1)"
     )
+    length_penalty_choices: list[float] = _setting(
+        "length_penalty_choices",
+        "α values to decode the dev set with after training, when no --length_penalty is given: the one with the "
+        "best dev sacreBLEU is kept in the final model's generation config (§6.1 chose α on the development set); "
+        "without a dev set, the model's",
+    )
     eval_batch_size: int = _setting("eval_batch_size", "sentences per decoding batch")
     split_compounds: bool = _setting("split_compounds", "WMT14 ##AT## compound splitting")
     examples: list[str] = _setting("examples", "sentences translated at the end")
@@ -240,6 +269,10 @@ class TrainOptions:
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, value.replace("{data_dir}", str(self.data_dir)))
+        files = {flag: getattr(self, flag) for split in SPLITS for flag in split}
+        self.source_lang, self.target_lang = corpus_languages(
+            files, self.hub_config, self.source_lang, self.target_lang
+        )
         self._check_numbers()
         self._check_combinations()
         self._check_config_overrides()
@@ -250,7 +283,15 @@ class TrainOptions:
         `overrides["cuda_section"]` says (None: when a CUDA GPU is present)."""
         cuda = applies_cuda_section(overrides.get("cuda_section"))
         recipe = load_recipe(name, allowed=option_names(), cuda=cuda)
-        return cls(**{**recipe, "recipe": name, **overrides, "cuda_section": cuda})
+        options = cls(**{**recipe, "recipe": name, **overrides, "cuda_section": cuda})
+        rows = [] if cuda or options.resume else by_steps_rows(name, allowed=option_names())
+        if not rows:
+            return options
+        from .step_rate import steps_to_fit  # torch: only where a row may apply
+
+        steps = steps_to_fit(options, rows)
+        fitted = {**row_settings(row_for(rows, steps)), "fit_to_steps": steps}
+        return cls(**{**recipe, **fitted, "recipe": name, **overrides, "cuda_section": cuda})
 
     def _check_numbers(self) -> None:
         """Numbers are in range, with a message naming the flag; every float is finite (nan passes a check such
@@ -259,6 +300,8 @@ class TrainOptions:
             if isinstance(value := getattr(self, option.name), float):
                 check_finite(f"--{option.name}", value)
         check_length_penalty("--length_penalty", self.length_penalty)
+        for alpha in self.length_penalty_choices:
+            check_length_penalty("--length_penalty_choices", alpha)
         if self.max_train_minutes is not None and self.max_train_minutes <= 0:
             raise ValueError(f"--max_train_minutes must be positive, got {self.max_train_minutes}.")
         at_least = {
@@ -279,7 +322,7 @@ class TrainOptions:
         for name, minimum in at_least.items():
             if getattr(self, name) < minimum:
                 raise ValueError(f"--{name} must be at least {minimum}, got {getattr(self, name)}.")
-        for name in ("num_beams", "max_test_sentences", "max_dev_sentences"):
+        for name in ("num_beams", "max_test_sentences", "max_dev_sentences", "fit_to_steps"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be at least 1 (or left out), got {getattr(self, name)}.")
         if not self.lr_scale > 0:
@@ -466,3 +509,19 @@ def cuda_section_note(options: TrainOptions) -> str | None:
         f"recipe {options.recipe}: its cuda: section applies ({values}); --cuda_section false keeps the "
         "recipe's other values"
     )
+
+
+def by_steps_note(options: TrainOptions) -> str | None:
+    """One line saying which of the recipe's `by_steps:` rows the run was fitted to, for how many steps, and with
+    which values; None where the recipe has no rows or they do not apply (a CUDA GPU, --resume)."""
+    if options.recipe is None or options.cuda_section or options.resume or options.fit_to_steps is None:
+        return None
+    rows = by_steps_rows(options.recipe, allowed=option_names())
+    if not rows:
+        return None
+    row = row_for(rows, options.fit_to_steps)
+    fitted = f"recipe {options.recipe}, fitted to {options.fit_to_steps:,} steps:"
+    if row is None:
+        return f"{fitted} its own settings (its by_steps: rows are for fewer than {rows[-1][STEPS_BELOW]:,} steps)"
+    values = ", ".join(f"{name} {getattr(options, name)}" for name in row_settings(row))
+    return f"{fitted} its by_steps: row for fewer than {row[STEPS_BELOW]:,} steps ({values}; flags given win)"
