@@ -1,7 +1,7 @@
 r"""Translate a test set with a saved model and report BLEU.
 
 Decoding follows the model's generation config (this package: the paper's §6.1 beam 4, GNMT length penalty
-α = 0.6 or the α a training run saved, 1.4 for the main job on a CPU, max output length = input length + 50), in
+α = 0.6 or the α a training run saved (the main job on a CPU chooses it on dev), max output length = input length + 50), in
 length-sorted batches, a buffer at a time as vaswani-translate decodes (its default --buffer_lines); --num-beams and --length-penalty override it. The engine is PyTorch
 (default), the model's ONNX export in ONNX Runtime (--engine onnxruntime) or its CTranslate2 export (--engine
 ctranslate2), int8 with --quantize int8 (PyTorch, CTranslate2), with the same options as vaswani-translate.
