@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from datasets import Dataset, concatenate_datasets
 
-from tests.conftest import tatoeba_files
+from tests.conftest import LANGUAGES, tatoeba_files
 from vaswani_transformer.data import corpora, load_text_pair, load_tsv
 from vaswani_transformer.data.prepared import (
     TextDigest,
@@ -133,11 +133,11 @@ def test_two_processes_preparing_the_same_data_build_it_once(tmp_path: Path) -> 
 def job(tmp_path: Path, **overrides: object) -> TrainOptions:
     """A one-step run on the corpus files in tmp_path (written by the first call, then left as they are)."""
     files = {
-        f"{split}_{side}": str(tmp_path / f"{split}.{side}")
+        f"{split}_{side}": str(tmp_path / f"{split}.{LANGUAGES[side]}")
         for split in ("train", "test")
         for side in ("source", "target")
     }
-    if not (tmp_path / "train.source").exists():
+    if not (tmp_path / f"train.{LANGUAGES['source']}").exists():
         files = tatoeba_files(tmp_path, 120)
     settings = {
         **files, "config_overrides": TINY, "vocab_size": 300, "max_tokens": 512,
