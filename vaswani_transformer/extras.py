@@ -10,7 +10,7 @@ from pathlib import Path
 # The modules each extra installs, by the names they are imported as
 EXTRA_MODULES = {
     "serve": ("fastapi", "uvicorn", "prometheus_client", "multipart", "sentencex"),
-    "onnx": ("onnx", "onnxscript", "onnxruntime"),
+    "onnx": ("onnxruntime", "onnxscript", "onnx"),
     "ctranslate2": ("ctranslate2",),
     "int8": ("torchao",),
 }

@@ -37,11 +37,12 @@ from ..training.options import (
     applies_cuda_section,
     by_steps_note,
     cuda_section_note,
+    fitted_to_steps,
     option_groups,
     option_names,
     recorded_settings,
 )
-from ..training.recipes import available_recipes, by_steps_rows, load_recipe, row_for, row_settings
+from ..training.recipes import available_recipes, load_recipe
 from .command import Interrupted, add_verbose_option, log_to_stderr
 
 WRITE_FAILED = 5  # the exit status of a run that a full disk or read-only folder stopped
@@ -97,12 +98,10 @@ def parse_options(
     recipe = load_recipe(name, allowed=option_names(), cuda=cuda)
     parser.set_defaults(**recipe, recipe=name, cuda_section=cuda)
     (options,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
-    rows = [] if cuda or options.resume else by_steps_rows(name, allowed=option_names())
-    if rows:  # the recipe's settings for the steps this run trains, under the flags given
-        from ..training.step_rate import steps_to_fit
-
-        steps = steps_to_fit(options, rows)
-        parser.set_defaults(**row_settings(row_for(rows, steps)), fit_to_steps=steps)
+    if fitted := fitted_to_steps(
+        options
+    ):  # the recipe's values for the steps this run trains, under the flags
+        parser.set_defaults(**fitted)
         (options,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
     from ..training.run_folder import read_run_record
 

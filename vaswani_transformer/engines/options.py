@@ -4,12 +4,11 @@ anything is loaded, with the fix named.
 It imports torch and the engines' modules only where a check needs them, so that the commands' options and --help
 build without them."""
 
-import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..extras import install_command
+from ..extras import install_command, missing_modules
 from ..files.paths import check_cache_folder
 
 ENGINES = ("torch", "onnxruntime", "ctranslate2")
@@ -116,7 +115,7 @@ def _check_torch_options(options: EngineOptions) -> None:
             f"--quantize int8 quantizes float32 weights, not {options.dtype} ones: use --dtype auto (the rest "
             "in bfloat16 autocast where the CPU has it) or --dtype float32."
         )
-    if importlib.util.find_spec("torchao") is None:
+    if missing_modules("int8"):
         from .quantization import INT8_EXTRA
 
         raise ValueError(f"--quantize int8 with --engine torch needs torchao: {INT8_EXTRA}.")
@@ -144,17 +143,12 @@ def _check_onnxruntime_options(options: EngineOptions) -> None:
         )
     if options.dtype not in ("auto", "float32"):
         raise ValueError(f"--engine onnxruntime decodes in float32, not {options.dtype}: drop --dtype.")
-    missing = [
-        name for name in ("onnxruntime", "onnxscript", "onnx") if importlib.util.find_spec(name) is None
-    ]
-    if missing:
-        from .onnx_export import ONNX_EXTRA
-
-        raise ValueError(f"--engine onnxruntime needs {', '.join(missing)}: {ONNX_EXTRA}.")
+    if missing := missing_modules("onnx"):
+        raise ValueError(f"--engine onnxruntime needs {', '.join(missing)}: {install_command('onnx')}.")
 
 
 def _check_ctranslate2_options(options: EngineOptions) -> None:
-    if importlib.util.find_spec("ctranslate2") is None:
+    if missing_modules("ctranslate2"):
         raise ValueError(f"--engine ctranslate2 needs CTranslate2: {CTRANSLATE2_EXTRA}.")
     import ctranslate2
 

@@ -170,7 +170,7 @@ def evaluate_final_model(
     model, tokenizer = load_for_decoding(model_dir)
     dev_scores = None
     if corpora.dev is not None:
-        if options.length_penalty is None and options.length_penalty_choices:
+        if options.chooses_length_penalty:
             dev_hypotheses, dev_scores = choose_length_penalty(
                 options, model, tokenizer, corpora.dev, model_dir
             )
@@ -182,7 +182,7 @@ def evaluate_final_model(
         _check_final_model(options, steps, dev_hypotheses, advice)
         write_scores(model_dir, dev_hypotheses, dev_scores, name="dev_", choose="--output_dir")
     else:
-        if options.length_penalty is None and options.length_penalty_choices:
+        if options.chooses_length_penalty:
             logger.info(
                 f"length penalty: no dev set to choose α on, the model's ({model.generation_config.length_penalty}) "
                 "is kept: --dev_size N chooses it, --length_penalty sets it"

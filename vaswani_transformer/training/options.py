@@ -284,13 +284,8 @@ class TrainOptions:
         cuda = applies_cuda_section(overrides.get("cuda_section"))
         recipe = load_recipe(name, allowed=option_names(), cuda=cuda)
         options = cls(**{**recipe, "recipe": name, **overrides, "cuda_section": cuda})
-        rows = [] if cuda or options.resume else by_steps_rows(name, allowed=option_names())
-        if not rows:
+        if not (fitted := fitted_to_steps(options)):
             return options
-        from .step_rate import steps_to_fit  # torch: only where a row may apply
-
-        steps = steps_to_fit(options, rows)
-        fitted = {**row_settings(row_for(rows, steps)), "fit_to_steps": steps}
         return cls(**{**recipe, **fitted, "recipe": name, **overrides, "cuda_section": cuda})
 
     def _check_numbers(self) -> None:
@@ -375,6 +370,11 @@ class TrainOptions:
                 "--final_model best needs dev evaluations at checkpoint steps: --eval_steps a multiple of "
                 f"--save_steps ({self.save_steps})."
             )
+
+    @property
+    def chooses_length_penalty(self) -> bool:
+        """Whether the job chooses α on dev after training: --length_penalty_choices, and no --length_penalty."""
+        return self.length_penalty is None and bool(self.length_penalty_choices)
 
     @property
     def has_dev_set(self) -> bool:
@@ -509,6 +509,21 @@ def cuda_section_note(options: TrainOptions) -> str | None:
         f"recipe {options.recipe}: its cuda: section applies ({values}); --cuda_section false keeps the "
         "recipe's other values"
     )
+
+
+def fitted_to_steps(options: TrainOptions) -> dict[str, Any]:
+    """The values of the recipe's `by_steps:` row for the steps this run trains (`step_rate.steps_to_fit`), with
+    those steps as `fit_to_steps`; empty where the recipe has no rows or they do not apply (a CUDA GPU, --resume).
+    Flags given go on top of them."""
+    if options.recipe is None or options.cuda_section or options.resume:
+        return {}
+    rows = by_steps_rows(options.recipe, allowed=option_names())
+    if not rows:
+        return {}
+    from .step_rate import steps_to_fit  # torch: only where a row may apply
+
+    steps = steps_to_fit(options, rows)
+    return {**row_settings(row_for(rows, steps)), "fit_to_steps": steps}
 
 
 def by_steps_note(options: TrainOptions) -> str | None:

@@ -4,8 +4,8 @@ take the settings measured best for that many steps (its `by_steps:` rows; docs/
 A time budget makes the steps whatever the machine gives (4,700-5,200 for the main job on one 2-core CPU, 1,500
 on another), and the settings best for 5,000 steps are not the best for 1,500. The measurement trains the recipe's
 own model for a few steps on random tokens in batches of the recipe's size, in the precision the run will train
-in, and times the last ones, scaled by `WHOLE_RUN_RATIO`, measured against a whole run of the main job. A machine busy with other work measures slower,
-as it would train slower.
+in, and times the last ones, scaled by `WHOLE_RUN_RATIO`, measured against a whole run of the main job. A
+machine busy with other work measures slower, as it would train slower.
 """
 
 import logging
@@ -24,9 +24,8 @@ if TYPE_CHECKING:  # the options module imports this one
 
 logger = logging.getLogger(__name__)
 
-SENTENCE_TOKENS = (
-    12  # the main job's sentences are about this long a side: a batch of max_tokens has this many columns
-)
+# The main job's sentences are about this long a side: a batch of max_tokens has this many columns
+SENTENCE_TOKENS = 12
 WARM_UP_STEPS = 2  # the first steps allocate and pick kernels
 TIMED_STEPS = 6
 # A whole run's seconds a step over the measured step's: the main job on a float32 AMD EPYC without AVX-512 trained
@@ -37,7 +36,8 @@ WHOLE_RUN_RATIO = 0.815
 
 def measured_step_seconds(options: "TrainOptions") -> float:
     """Seconds one training step of `options`' model takes on this machine: forward, backward and an Adam update
-    of a batch of --max_tokens random tokens a side, in the run's precision, scaled to a whole run's (`WHOLE_RUN_RATIO`)."""
+    of a batch of --max_tokens random tokens a side, in the run's precision, scaled to a whole run's
+    (`WHOLE_RUN_RATIO`)."""
     torch.manual_seed(options.seed)
     config = options.model_config()
     model = VaswaniTransformerForConditionalGeneration(config).train()
