@@ -45,6 +45,7 @@ from vaswani_transformer.cli import (
 from vaswani_transformer.cli import translate as translate_cli
 from vaswani_transformer.data.tokenization import train_bpe
 from vaswani_transformer.modeling.configuration_vaswani_transformer import FINGERPRINT_KEY
+from vaswani_transformer.training.options import RECORD_FINGERPRINT, record_fingerprint
 from vaswani_transformer.training.run_folder import LOCK_FILE
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
@@ -392,7 +393,17 @@ CASES: dict[str, Case] = {
     "evaluate name escapes": Case("evaluate", evaluate_with("--name", "../../escape"), "a name, not a path"),
     "evaluate name absolute": Case("evaluate", evaluate_with("--name", "/tmp/x"), "a name, not a path"),
     "evaluate name nested": Case("evaluate", evaluate_with("--name", "sub/dir"), "a name, not a path"),
-    "evaluate earlier scores": Case("evaluate", evaluate_with(), "holds an earlier evaluation's scores"),
+    "evaluate earlier scores": Case(
+        "evaluate",
+        evaluate_with(),
+        "model-evaluation/scores.json holds an earlier evaluation's scores",
+        setup=lambda ws: ws.write("model-evaluation/scores.json", "{}"),
+    ),
+    "evaluate output_dir inside the model folder": Case(
+        "evaluate",
+        lambda ws: evaluate_with("--output_dir", f"{ws.model}/evaluation")(ws),
+        "is inside the model folder",
+    ),
     "evaluate lines differ": Case(
         "evaluate", evaluate_with("--name", "x", references=b"Nein.\n"), "must be line-aligned"
     ),
@@ -400,6 +411,12 @@ CASES: dict[str, Case] = {
         "evaluate",
         evaluate_with("--name", "x", references="Caf\u00e9.\nNein.\n".encode("latin-1")),
         "test.de is not UTF-8 text",
+    ),
+    "evaluate references a pipe": Case(
+        "evaluate",
+        lambda ws: [ws.model, "--source", sources(ws), "--references", str(ws.root / "pipe.de"), "--name", "x"],
+        "pipe.de is not a regular file (a pipe or a device, such as the shell's <(...)): write it to a file first",
+        setup=lambda ws: os.mkfifo(ws.root / "pipe.de"),
     ),
     "evaluate no source": Case(
         "evaluate",
@@ -641,7 +658,7 @@ OUTPUTS_APART_CASES: dict[str, Case] = {
         lambda ws: [
             ws.model,
             "--source",
-            f"{ws.model}/hypotheses.txt",
+            ws.write("model-evaluation/hypotheses.txt", "Ich liebe dich.\n"),
             "--references",
             sources(ws),
             "--overwrite",
@@ -709,11 +726,11 @@ CACHE_CASES: dict[str, Case] = {  # a cache entry proves itself before reuse
     ),
 }
 ALL_OR_NOTHING_CASES: dict[str, Case] = {  # writability checked before long work
-    "evaluate read-only model folder": Case(
+    "evaluate read-only output_dir": Case(
         "evaluate",
-        evaluate_with("--name", "x"),
-        Template("{refused} while writing {root}/model/x_scores.json ("),
-        setup=lambda ws: read_only(ws, "model"),
+        lambda ws: evaluate_with("--name", "x", "--output_dir", str(ws.root / "locked" / "eval"))(ws),
+        Template("{refused} while writing {root}/locked/eval/x_scores.json ("),
+        setup=lambda ws: read_only(ws, "locked"),
     ),
     "train read-only output_dir": Case(
         "train",
@@ -930,6 +947,11 @@ VALUE_CASES: dict[str, Case] = {
         corpus_replaced("train_source", b"".join(b"Sentence %d.\r" % i for i in range(150))),
         "replaced-train_source uses \\r (old Mac) line endings",
     ),
+    "train a binary corpus": Case(
+        "train",
+        corpus_replaced("train_source", b"PK\x03\x04\x00\x00binary\n" * 150),
+        "replaced-train_source is not text (it holds NUL bytes, as binary files do)",
+    ),
 }
 
 
@@ -1079,6 +1101,16 @@ SERVE_CASES: dict[str, Case] = {
         lambda ws: [ws.model, "--api_keys", ws.new],
         "--api_keys: [Errno 2] No such file or directory",
     ),
+    "serve api_keys with a byte-order mark": Case(
+        "serve",
+        lambda ws: [ws.model, "--api_keys", ws.write("keys.txt", "\ufeffkey-one\n")],
+        "starts with a byte-order mark, which would become part of its first key",
+    ),
+    "serve api_keys a key twice": Case(
+        "serve",
+        lambda ws: [ws.model, "--api_keys", ws.write("keys.txt", "key-one 10\nkey-two\nkey-one 60\n")],
+        "keys.txt, line 3: the key of line 1 again; write each key once",
+    ),
     "serve api_keys empty": Case(
         "serve", lambda ws: [ws.model, "--api_keys", ws.write("keys.txt", "# none yet\n")], "holds no API key"
     ),
@@ -1103,14 +1135,16 @@ CASES |= SERVE_CASES
 # --resume checks the corpora's content, the run's vocabulary and its checkpoint's model against the record; a
 # checkpoint with a damaged optimiser or tokenizer file is not continued from; nor is a warm-up the run cannot
 # reach accepted
-def edit_record(**changes: Any) -> Callable[[Workspace], None]:
-    """The run's train_options.json with `changes`, as a hand edit would leave it."""
+def edit_record(fingerprinted: bool = True, **changes: Any) -> Callable[[Workspace], None]:
+    """The run's train_options.json with `changes`, as a hand edit would leave it (not `fingerprinted`), or with its
+    fingerprint made anew, for the checks behind it."""
 
     def setup(ws: Workspace) -> None:
         record = Path(ws.run) / "train_options.json"
-        record.write_text(
-            json.dumps(json.loads(record.read_text(encoding="utf-8")) | changes), encoding="utf-8"
-        )
+        edited = json.loads(record.read_text(encoding="utf-8")) | changes
+        if fingerprinted:
+            edited[RECORD_FINGERPRINT] = record_fingerprint(edited)
+        record.write_text(json.dumps(edited), encoding="utf-8")
 
     return setup
 
@@ -1129,6 +1163,12 @@ def in_every_checkpoint(name: str) -> Callable[[Workspace], None]:
 
 
 RESUME_CASES: dict[str, Case] = {
+    "train resume a hand-edited learning rate": Case(
+        "train",
+        resume_run(),
+        "train_options.json was edited after the run wrote it (its record_fingerprint does not match",
+        setup=edit_record(fingerprinted=False, lr_scale=2.0),
+    ),
     "train resume a hand-edited vocab_size": Case(
         "train",
         resume_run(),
@@ -1219,6 +1259,48 @@ def pushed(ws: Workspace) -> list[str]:
     return [ws.model, "--repo_id", "tester/x", "--local_dir", ws.new]
 
 
+def tokenizer_edited(change: Callable[[dict[str, Any]], None]) -> Callable[[Workspace], None]:
+    """The model's tokenizer.json with `change` made to its JSON."""
+
+    def setup(ws: Workspace) -> None:
+        path = Path(ws.model) / "tokenizer.json"
+        content = json.loads(path.read_text(encoding="utf-8"))
+        change(content)
+        path.write_text(json.dumps(content), encoding="utf-8")
+
+    return setup
+
+
+def swap_two_words(tokenizer: dict[str, Any]) -> None:
+    """Two word pieces' ids exchanged, as `▁love` and `▁hate` were: the same size, other meanings."""
+    vocab = tokenizer["model"]["vocab"]
+    first, second = [token for token in vocab if token.startswith("▁") and len(token) > 3][:2]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+
+
+def lowercasing(tokenizer: dict[str, Any]) -> None:
+    tokenizer["normalizer"] = {"type": "Sequence", "normalizers": [tokenizer["normalizer"], {"type": "Lowercase"}]}
+
+
+def header_claims_huge_tensor(ws: Workspace) -> None:
+    """model.safetensors whose header says one tensor is 100 GB, its bytes unchanged."""
+    path = model_weights(ws)
+    data = path.read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    name = next(key for key in header if key != "__metadata__")
+    start = header[name]["data_offsets"][0]
+    header[name] |= {"shape": [25_000, 1_000_000], "data_offsets": [start, start + 100_000_000_000]}
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    path.write_bytes(len(encoded).to_bytes(8, "little") + encoded + data[8 + size :])
+
+
+def weights_made_a_folder(ws: Workspace) -> None:
+    model_weights(ws).unlink()
+    model_weights(ws).mkdir()
+
+
 def fsmt_file_written(name: str, content: bytes) -> Callable[[Workspace], None]:
     return lambda ws: (fsmt_in_workspace()(ws), (ws.root / "fsmt" / name).write_bytes(content))
 
@@ -1253,8 +1335,8 @@ MATCH_CASES: dict[str, Case] = {
         "translate",
         translate_with(),
         "config.json says model_type 'marian', but the weights are this package's (vaswani_transformer)",
-        # without the family's auto_map, which the trust gate refuses first under another model_type (TRUST_CASES)
-        setup=json_edited("config.json", model_type="marian", auto_map=None),
+        # its auto_map kept: the folder is refused for what it is, not told to trust code
+        setup=json_edited("config.json", model_type="marian"),
     ),
     # what changes no shape: against train_options.json, and config.json's fingerprint
     "translate config 8 heads": Case(
@@ -1275,6 +1357,18 @@ MATCH_CASES: dict[str, Case] = {
         "config.json has settings other than those the weights were saved with (its architecture_fingerprint differs",
         setup=without_run_record(json_edited("config.json", activation_function="gelu")),
     ),
+    "push config auto_map naming a file the folder lacks": Case(
+        "push",
+        pushed,
+        "its auto_map names AutoModel: modeling_other.OtherModel, but the folder holds no modeling_other.py",
+        setup=lambda ws: json_edited(
+            "config.json",
+            auto_map={
+                **json.loads((Path(ws.model) / "config.json").read_text())["auto_map"],
+                "AutoModel": "modeling_other.OtherModel",
+            },
+        )(ws),
+    ),
     "push config 8 heads, its fingerprint removed": Case(
         "push",
         pushed,
@@ -1287,7 +1381,56 @@ MATCH_CASES: dict[str, Case] = {
         "config.json: pad_token_id 100000 is not a token id of the model's 400-token vocabulary (0 to 399)",
         setup=json_edited("config.json", pad_token_id=100000),
     ),
+    "translate config max_position_embeddings 10": Case(
+        "translate",
+        translate_with(),
+        "config.json says max_position_embeddings 10 (the run trained with 1024)",
+        setup=json_edited("config.json", max_position_embeddings=10),
+    ),
+    "translate config use_cache no": Case(
+        "translate", translate_with(), "config.json: ", setup=json_edited("config.json", use_cache="no")
+    ),
+    "translate config fast_path yes": Case(
+        "translate", translate_with(), "config.json: ", setup=json_edited("config.json", fast_path="yes")
+    ),
+    "translate config init_std x": Case(
+        "translate", translate_with(), "config.json: ", setup=json_edited("config.json", init_std="x")
+    ),
+    "translate config not an encoder-decoder": Case(
+        "translate",
+        translate_with(),
+        "config.json: is_encoder_decoder must be true for this model, got False",
+        setup=json_edited("config.json", is_encoder_decoder=False),
+    ),
+    # tokenizer.json: the model's own
+    "translate tokenizer with two words' ids swapped": Case(
+        "translate",
+        translate_with(),
+        "tokenizer.json is not the tokenizer this model was trained with",
+        setup=tokenizer_edited(swap_two_words),
+    ),
+    "evaluate tokenizer that lowercases": Case(
+        "evaluate",
+        evaluate_with("--name", "x"),
+        "tokenizer.json is not the tokenizer this model was trained with",
+        setup=tokenizer_edited(lowercasing),
+    ),
+    "translate tokenizer.json an empty array": Case(
+        "translate",
+        translate_with(),
+        "tokenizer.json is not a JSON object",
+        setup=lambda ws: (Path(ws.model) / "tokenizer.json").write_text("[]"),
+    ),
     # model.safetensors: every weight, of its shape, finite
+    "translate weights header claims 100 GB": Case(
+        "translate", translate_with(), "model.safetensors is damaged", setup=header_claims_huge_tensor
+    ),
+    "translate weights a folder": Case(
+        "translate",
+        translate_with(),
+        "model.safetensors is not a regular file (a folder, a pipe or a device)",
+        setup=weights_made_a_folder,
+    ),
     "plot-attention weights missing a tensor": Case(
         "plot-attention",
         lambda ws: [ws.model, "A dog.", "--output_dir", ws.new],
@@ -1331,6 +1474,18 @@ MATCH_CASES: dict[str, Case] = {
         translate_with(),
         "generation_config.json: num_beams 'four' cannot decode: give a whole number of at least 1",
         setup=json_edited("generation_config.json", num_beams="four"),
+    ),
+    "translate min_length 100000": Case(
+        "translate",
+        translate_with(),
+        "generation_config.json: min_length 100,000 is longer than any translation of this model",
+        setup=json_edited("generation_config.json", min_length=100000),
+    ),
+    "translate forced_bos_token_id 99999": Case(
+        "translate",
+        translate_with(),
+        "generation_config.json: forced_bos_token_id 99999 is not a token id of the model's",
+        setup=json_edited("generation_config.json", forced_bos_token_id=99999),
     ),
     "evaluate max_length 1": Case(
         "evaluate",
@@ -1457,8 +1612,7 @@ TRUST_CASES: dict[str, Case] = {
     "translate: config.json of another model_type names the family's file": Case(
         "translate",
         translate_with(),
-        "config.json asks to run code of the model folder (AutoConfig: configuration_vaswani_transformer."
-        "VaswaniTransformerConfig",
+        "config.json says model_type 'evil', but the weights are this package's (vaswani_transformer)",
         setup=trapped(model_folder, "config.json", model_type="evil"),
     ),
     "translate: a processor file asks to run the folder's code": Case(
@@ -1639,6 +1793,8 @@ def snapshot(root: Path) -> dict[str, str]:
             state[name] = f"link to {os.readlink(path)}"
         elif path.is_dir():
             state[name] = "folder"
+        elif not path.is_file():  # a pipe: reading it would wait for a writer
+            state[name] = "not a regular file"
         else:
             state[name] = hashlib.sha1(path.read_bytes()).hexdigest()
     return state

@@ -53,6 +53,7 @@ CHANGED = {
     "position_embedding_type": "learned",
     "sinusoid_layout": "halves",
     "position_offset": 2,
+    "max_position_embeddings": 10,
     "layer_norm_eps": 1e-5,
     "pad_token_id": 1,
     "bos_token_id": 0,

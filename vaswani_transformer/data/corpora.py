@@ -18,7 +18,7 @@ from datasets.fingerprint import generate_random_fingerprint
 from datasets.table import InMemoryTable, MemoryMappedTable, Table
 
 from ..files.paths import is_local_path
-from ..files.reading import LINE_ENDING_HEAD, check_line_endings
+from ..files.reading import LINE_ENDING_HEAD, check_text_head
 from .prepared import SIDES, TextDigest, build_once, files_key, prepared_folder, remember_digest
 
 PAIR_FEATURES = Features({"source": Value("string"), "target": Value("string")})
@@ -61,9 +61,9 @@ def _open_binary(path: Path) -> BinaryIO:
 
 
 def _check_file_line_endings(path: Path) -> None:
-    """`check_line_endings` on a corpus file's first bytes (decompressed), before it is read or cached."""
+    """`check_text_head` on a corpus file's first bytes (decompressed), before it is read or cached."""
     with _open_binary(path) as file:
-        check_line_endings(file.read(LINE_ENDING_HEAD), str(path))
+        check_text_head(file.read(LINE_ENDING_HEAD), str(path))
 
 
 def _decode(raw: bytes) -> str | None:

@@ -1,5 +1,7 @@
 """Joint source/target BPE vocabulary (Sennrich et al., 2016) as a Hugging Face fast tokenizer."""
 
+import hashlib
+import json
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
@@ -112,3 +114,18 @@ def lowercases(tokenizer: PreTrainedTokenizerBase) -> bool:
         return bool(getattr(tokenizer, "do_lower_case", False))
     normalizer = backend.normalizer
     return normalizer is not None and normalizer.normalize_str("A") == "a"
+
+
+# The parts of a tokenizer.json that decide which ids a text becomes and which text ids become.
+FINGERPRINTED_PARTS = ("normalizer", "pre_tokenizer", "model", "decoder")
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """A SHA-256 prefix of what the tokenizer does to text (its normalizer, pre-tokenizer, vocabulary and merges,
+    decoder), recorded in the config of a model trained with it; None for a tokenizer that is not a fast one (FSMT's
+    Moses and BPE files, checked by `evaluation.verification.check_merges`)."""
+    if not isinstance(tokenizer, PreTrainedTokenizerFast):
+        return None
+    saved = json.loads(tokenizer.backend_tokenizer.to_str())
+    parts = {name: saved.get(name) for name in FINGERPRINTED_PARTS}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]

@@ -10,10 +10,11 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..auto import register_auto_classes
+from ..data.tokenization import tokenizer_fingerprint
 from ..files.paths import is_local_path
 from ..files.reading import read_json
 from ..trust import check_remote_code, load_failure
-from .verification import SAVE_AGAIN, verify_model_folder, weight_files, weight_shapes
+from .verification import SAVE_AGAIN, readable_file, verify_model_folder, weight_files, weight_shapes
 
 
 def check_model_name(name: str | Path) -> str:
@@ -51,11 +52,10 @@ def tokenizer_files(folder: Path) -> tuple[str, ...]:
 
 
 def _check_saved_file(path: Path) -> None:
-    """The file is there, and a JSON file parses."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing; a saved model folder holds it ({SAVE_AGAIN}).")
-    if path.suffix == ".json":
-        read_json(path, SAVE_AGAIN)
+    """The file is there, and a JSON file parses as an object (tokenizer.json, vocabularies, the config)."""
+    readable_file(path)
+    if path.suffix == ".json" and not isinstance(read_json(path, SAVE_AGAIN), dict):
+        raise ValueError(f"{path} is not a JSON object: {SAVE_AGAIN}.")
 
 
 def check_saved_files(folder: Path) -> None:
@@ -81,10 +81,10 @@ def load_for_decoding(
     (an edited config.json) are a ValueError naming both files.
     """
     name = check_model_name(model_dir)
-    check_remote_code(name, trust_remote_code)
-    if Path(name).is_dir():
-        check_saved_files(Path(name))
+    if Path(name).is_dir():  # JSON and safetensors headers only, no code: a config of another model type is named
+        check_saved_files(Path(name))  # as that, not as code to trust
         verify_model_folder(Path(name))
+    check_remote_code(name, trust_remote_code)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     register_auto_classes()  # this package's classes for its folders: none of a folder's code runs
     try:
@@ -107,10 +107,18 @@ def load_for_decoding(
 
 def check_vocabulary(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str) -> None:
     """The tokenizer must be the model's own: a larger one crashes in the embedding, a smaller one (another
-    run's) translates into garbage."""
+    run's) translates into garbage, and one of the same size whose ids mean other words (another corpus's BPE,
+    swapped ids, another normalizer) is told apart by the fingerprint the model's config records."""
     if len(tokenizer) != model.config.vocab_size:
         raise ValueError(
             f"{name}: the tokenizer has {len(tokenizer):,} tokens but the model's vocabulary has "
             f"{model.config.vocab_size:,}: they come from different runs. Save and load the model and its "
             "tokenizer from the same folder."
+        )
+    recorded = getattr(model.config, "tokenizer_fingerprint", None)
+    if recorded is not None and tokenizer_fingerprint(tokenizer) != recorded:
+        raise ValueError(
+            f"{name}: tokenizer.json is not the tokenizer this model was trained with (its vocabulary, merges or "
+            f"normalizer differ from the one config.json's tokenizer_fingerprint records, {recorded}): its ids "
+            "would mean other words to the model. Copy the model's own tokenizer.json back, or the folder anew."
         )

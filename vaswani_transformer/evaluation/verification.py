@@ -21,7 +21,7 @@ file and the fix:
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,17 @@ LAYER = re.compile(r"^(?:model\.)?(encoder|decoder)\.layers\.(\d+)\.")
 # The generation settings checked before decoding, each with what it must be.
 COUNTS = {"num_beams": 1, "num_return_sequences": 1, "max_length": 2, "max_new_tokens": 1}
 NON_NEGATIVE = ("min_length", "min_new_tokens", "no_repeat_ngram_size")
-TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "forced_eos_token_id")
+TOKEN_IDS = (
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+)
+# A lower bound on the output's length longer than this many tokens can only be met with junk (§6.1's output
+# limit is the source + 50, within the model's positions).
+LONGEST_MINIMUM = ("min_length", "min_new_tokens")
 VERSION_LINE = re.compile(r"#version: ")
 
 
@@ -62,17 +72,31 @@ def weight_files(folder: Path) -> list[Path]:
     return [folder / name for name in sorted(set(map(str, weight_map["weight_map"].values())))]
 
 
+def readable_file(path: Path) -> None:
+    """The path is a file this process can read: a FileNotFoundError for one that is missing, a ValueError naming
+    what it is instead (a folder, a pipe) or why it cannot be read."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: missing; a saved model folder holds it ({SAVE_AGAIN}).")
+    if not path.is_file():
+        raise ValueError(f"{path} is not a regular file (a folder, a pipe or a device): {SAVE_AGAIN}.")
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as error:
+        raise ValueError(f"{path} cannot be read ({error.strerror}): give this user read access, or {SAVE_AGAIN}.") from None
+
+
 def weight_shapes(files: Iterable[Path]) -> dict[str, tuple[int, ...]]:
-    """Every tensor's name and shape, from the safetensors headers (no tensor is read); a file that is missing or
-    not safetensors (truncated, overwritten) is an error naming it."""
+    """Every tensor's name and shape, from the safetensors headers (no tensor is read); a file that is missing,
+    not safetensors (truncated, overwritten) or whose header claims more bytes than it holds is an error naming
+    it."""
     shapes: dict[str, tuple[int, ...]] = {}
     for path in files:
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing; a saved model folder holds it ({SAVE_AGAIN}).")
+        readable_file(path)
         try:
             with safe_open(path, framework="pt") as tensors:
                 shapes |= {name: tuple(tensors.get_slice(name).get_shape()) for name in tensors.keys()}  # noqa: SIM118
-        except SafetensorError as error:  # e.g. truncated by a full disk or an interrupted copy
+        except (SafetensorError, RuntimeError, OSError) as error:  # truncated by a full disk, a forged header
             raise ValueError(f"{path} is damaged ({error}): {SAVE_AGAIN}.") from None
     return shapes
 
@@ -81,15 +105,25 @@ def check_finite(files: Iterable[Path]) -> None:
     """No weight holds NaN or an infinity (a run that diverged, a damaged copy): an error naming the file and the
     first such tensor."""
     for path in files:
-        with safe_open(path, framework="pt") as tensors:
-            for name in tensors.keys():  # noqa: SIM118
+        for name, tensor in _tensors(path):
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise ValueError(
+                    f"{path}: the weight {name} holds NaN or infinite values (a training run that diverged, "
+                    "or a damaged copy): this model cannot translate; use an earlier checkpoint or copy the "
+                    "folder anew."
+                )
+
+
+def _tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """Each tensor of a safetensors file, read one at a time; one whose bytes the file does not hold (a header
+    that claims more) is an error naming the file."""
+    with safe_open(path, framework="pt") as tensors:
+        for name in tensors.keys():  # noqa: SIM118
+            try:
                 tensor = tensors.get_tensor(name)
-                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                    raise ValueError(
-                        f"{path}: the weight {name} holds NaN or infinite values (a training run that diverged, "
-                        "or a damaged copy): this model cannot translate; use an earlier checkpoint or copy the "
-                        "folder anew."
-                    )
+            except (SafetensorError, RuntimeError, OSError) as error:
+                raise ValueError(f"{path} is damaged ({name}: {error}): {SAVE_AGAIN}.") from None
+            yield name, tensor
 
 
 def _layer_count(shapes: Mapping[str, tuple[int, ...]], stack: str) -> int:
@@ -240,9 +274,10 @@ def _generation_problem(name: str, value: Any) -> str | None:
     return None
 
 
-def check_generation_config(folder: Path, vocab_size: int) -> None:
+def check_generation_config(folder: Path, vocab_size: int, max_positions: int | None = None) -> None:
     """generation_config.json, where the folder has one, is JSON whose decoding settings can decode: an error
-    naming the file, the key and the fix otherwise (transformers ignores a damaged file, losing the model's α)."""
+    naming the file, the key and the fix otherwise (transformers ignores a damaged file, losing the model's α); a
+    minimum length beyond the model's `max_positions` would pad every translation with junk."""
     path = folder / "generation_config.json"
     if not path.is_file():
         return
@@ -253,6 +288,13 @@ def check_generation_config(folder: Path, vocab_size: int) -> None:
     for name, value in settings.items():
         if problem := _generation_problem(name, value):
             raise ValueError(f"{path}: {name} {value!r} cannot decode: {problem}; or {fix}.")
+    for name in LONGEST_MINIMUM:
+        if max_positions is not None and (settings.get(name) or 0) > max_positions:
+            raise ValueError(
+                f"{path}: {name} {settings[name]:,} is longer than any translation of this model "
+                f"(max_position_embeddings {max_positions:,}): every output would be padded with junk to reach it; "
+                f"give 0, or {fix}."
+            )
     beams, returned = settings.get("num_beams") or 1, settings.get("num_return_sequences") or 1
     if returned > beams:
         raise ValueError(f"{path}: num_return_sequences {returned} exceeds num_beams {beams}: {fix}.")
@@ -332,7 +374,8 @@ def verify_model_folder(folder: Path) -> None:
         check_architecture_record(config_file, raw, config)
     check_finite(files)
     vocab_size = weights_say(shapes).get("vocab_size", raw.get("vocab_size"))
+    positions = raw.get("max_position_embeddings")
     if isinstance(vocab_size, int):
-        check_generation_config(folder, vocab_size)
+        check_generation_config(folder, vocab_size, positions if isinstance(positions, int) else None)
     if (folder / "merges.txt").is_file():
         check_merges(merges_in(folder / "merges.txt"), str(folder / "merges.txt"))

@@ -29,10 +29,16 @@ def is_local_path(name: str | Path) -> bool:
 
 
 def check_input_file(path: Path) -> None:
-    """An input file that is there and is a file: a folder is an IsADirectoryError and a missing path a
-    FileNotFoundError, each naming the path (open() would say only "Is a directory" or "No such file")."""
+    """An input file that is there and is a file: a folder is an IsADirectoryError, a missing path a
+    FileNotFoundError, and a pipe or device (a shell's `<(...)`, which is read as it streams and cannot be read
+    again) a FileNotFoundError saying so, each naming the path (open() would say only "Is a directory" or "No such
+    file")."""
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder: give a file inside it")
+    if path.exists() and not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is not a regular file (a pipe or a device, such as the shell's <(...)): write it to a file first"
+        )
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
 

@@ -25,6 +25,8 @@ def read_json(path: Path, fix: str) -> Any:
         raise FileNotFoundError(f"{path}: missing; {fix}.") from None
     except ValueError as error:  # not UTF-8, not JSON, empty
         raise ValueError(f"{path} is damaged, not valid JSON ({error}): {fix}.") from None
+    except RecursionError:
+        raise ValueError(f"{path} is damaged, JSON nested too deeply: {fix}.") from None
 
 
 def split_lines(text: str) -> list[str]:
@@ -33,10 +35,13 @@ def split_lines(text: str) -> list[str]:
     return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
 
 
-def check_line_endings(head: bytes, name: str) -> None:
-    r"""Refuse text with "\r" (old Mac) line endings, given its first bytes: a "\r" and no "\n" in them. Split at
-    "\n" only, such a file is one line, which would be one overlong sentence (a corpus then reports "raise
+def check_text_head(head: bytes, name: str) -> None:
+    r"""Refuse, given its first bytes, a file that is not text (NUL bytes, which binary files hold and text never
+    does, though they are valid UTF-8), or text with "\r" (old Mac) line endings: a "\r" and no "\n" in them. Split
+    at "\n" only, such a file is one line, which would be one overlong sentence (a corpus then reports "raise
     --max_length"). "\r\n" (Windows) endings are fine: every reader drops the "\r"."""
+    if b"\0" in head:
+        raise ValueError(f"{name} is not text (it holds NUL bytes, as binary files do): give a text file, a line each.")
     if b"\r" in head and b"\n" not in head:
         raise ValueError(
             f"{name} uses \\r (old Mac) line endings: convert them to \\n, e.g. `tr '\\r' '\\n' < {name}`."
@@ -50,7 +55,7 @@ def _not_utf8(name: str, byte: int, line: int, fix: str) -> ValueError:
 def decode_text(raw: bytes, name: str, fix: str = CONVERT_TO_UTF8) -> str:
     r"""UTF-8 text (a leading BOM dropped) with "\n" or "\r\n" line endings; other bytes or "\r" endings are a
     ValueError naming `name` and the fix (for bytes: the line, and `fix`)."""
-    check_line_endings(raw[:LINE_ENDING_HEAD], name)
+    check_text_head(raw[:LINE_ENDING_HEAD], name)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
@@ -69,7 +74,7 @@ def stream_text_lines(stream: BinaryIO, name: str) -> Iterator[str]:
     raised only when the reader reaches them."""
     for number, raw in enumerate(stream, start=1):
         if number == 1:
-            check_line_endings(raw[:LINE_ENDING_HEAD], name)  # "\r" endings make the whole stream one line
+            check_text_head(raw[:LINE_ENDING_HEAD], name)  # "\r" endings make the whole stream one line
         try:
             text = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a BOM can only start the stream
         except UnicodeDecodeError as error:

@@ -36,6 +36,7 @@ SHAPE_FREE_SETTINGS = (
     "position_embedding_type",
     "sinusoid_layout",
     "position_offset",
+    "max_position_embeddings",
     "layer_norm_eps",
     "pad_token_id",
     "bos_token_id",
@@ -63,6 +64,10 @@ class VaswaniTransformerConfig(PreTrainedConfig):
     Decoding (§6.1): `length_penalty_type="gnmt"` makes `generate(length_penalty=α)` divide beam scores by
     ((5 + |Y|) / 6)^α as in the paper (Wu et al., 2016), instead of transformers' |Y|^α (`"hf"`);
     `max_length_offset` makes the default output limit "input length + 50".
+
+    The shared vocabulary (§3.4) is the tokenizer's: `tokenizer_fingerprint` records the tokenizer a model was
+    trained with (a hash of its normalizer, vocabulary and merges), so that a loader can refuse another tokenizer of
+    the same size, whose ids would mean other words to these weights.
 
     Training speed: with `fused_loss` (the default) a training forward with labels of a model given a fused loss
     (the package's training: `vaswani_transformer.training.fused_loss`) computes the label-smoothed loss chunk by
@@ -123,6 +128,7 @@ class VaswaniTransformerConfig(PreTrainedConfig):
     is_encoder_decoder: bool = True
     use_cache: bool = True
     tie_word_embeddings: bool = True
+    tokenizer_fingerprint: str | None = None
 
     def __post_init__(self, **kwargs: Any) -> None:
         self._check_sizes()
@@ -232,6 +238,8 @@ class VaswaniTransformerConfig(PreTrainedConfig):
             raise ValueError(f"max_length_offset must be >= 0, got {self.max_length_offset}.")
         if self.position_offset < 0:
             raise ValueError(f"position_offset must be >= 0, got {self.position_offset}.")
+        if self.is_encoder_decoder is not True:  # §3: an encoder and a decoder; generate() would drop the encoder
+            raise ValueError(f"is_encoder_decoder must be true for this model, got {self.is_encoder_decoder!r}.")
 
 
 VaswaniTransformerConfig.register_for_auto_class()  # `auto_map` in every saved config.json

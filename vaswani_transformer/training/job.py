@@ -22,6 +22,7 @@ from transformers import (
 )
 
 from ..data.token_arrays import TokenizedPairs, tokenize_pairs
+from ..data.tokenization import tokenizer_fingerprint
 from ..files.writing import write_failures_named
 from ..modeling.configuration_vaswani_transformer import VaswaniTransformerConfig
 from ..modeling.modeling_vaswani_transformer import VaswaniTransformerForConditionalGeneration
@@ -97,6 +98,7 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     logger.info(filter_stats.summary())
     dev = tokenize_pairs(corpora.dev, tokenizer, options.max_length)[0] if corpora.dev is not None else None
     config.vocab_size = len(tokenizer)
+    config.tokenizer_fingerprint = tokenizer_fingerprint(tokenizer)
     torch.manual_seed(options.seed)
     model = VaswaniTransformerForConditionalGeneration(config)
     logger.info(
