@@ -133,3 +133,19 @@ def test_export_command(trained_run, tmp_path, capsys) -> None:
     assert export_cli.main([str(trained_run.model_dir), str(output)]) == 2  # not empty, no --overwrite
     assert "--overwrite" in capsys.readouterr().err
     assert export_cli.main([str(trained_run.model_dir), str(output), "--overwrite"]) == 0
+
+
+def test_a_source_beyond_the_exports_positions_is_cut_with_a_warning_not_an_error(
+    random_model_dirs, tmp_path, caplog
+) -> None:
+    """CTranslate2 failed ("No position encodings ...") on a source whose output limit (source + 50) passed the
+    export's position rows: the engine says how long a source it translates whole, and cuts longer ones to it, as
+    the PyTorch engine cuts at its position table."""
+    folder = to_ctranslate2(random_model_dirs["random"], tmp_path / "ct2", max_positions=64)
+    translator = CTranslate2Translator(folder)
+    assert translator.max_source_tokens == 64 - 50 - 1
+    assert CTranslate2Engine(translator).max_source_tokens == translator.max_source_tokens
+    long_source = " ".join(["house"] * 40)
+    (translation,) = translator.translate([long_source], beam_size=1)
+    assert isinstance(translation, str)
+    assert any("longer than 13 tokens were cut to 13" in message for message in caplog.messages)

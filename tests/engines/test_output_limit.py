@@ -33,7 +33,7 @@ def test_no_max_length_or_the_fallback_limits_the_output_to_the_source_plus_the_
     assert generated_length(tiny_model, source_batch) == 1 + LONGEST_SOURCE + offset
     assert decoding_settings(tiny_model)["max_new_tokens"] == f"longest source in the batch + {offset}"
     assert "max_length" not in decoding_settings(tiny_model)
-    assert "max_decoding_length" not in decoding_defaults(tiny_model)
+    assert "max_decoding_length" not in decoding_defaults(tiny_model, 1024)
     limit = cache_length(tiny_model, LONGEST_SOURCE, {})
     assert limit == bucket(LONGEST_SOURCE + offset + 1, SHORTEST_CACHE_BUCKET)
 
@@ -43,7 +43,7 @@ def test_a_max_length_of_the_models_own_limits_every_reader(tiny_model, source_b
     assert model_max_length(tiny_model.generation_config) == 200
     assert generated_length(tiny_model, source_batch) == 200
     assert decoding_settings(tiny_model)["max_length"] == 200
-    assert decoding_defaults(tiny_model)["max_decoding_length"] == 199  # CTranslate2 counts no start token
+    assert decoding_defaults(tiny_model, 1024)["max_decoding_length"] == 199  # CTranslate2 counts no start token
     assert cache_length(tiny_model, LONGEST_SOURCE, {}) == bucket(201, SHORTEST_CACHE_BUCKET)
 
 

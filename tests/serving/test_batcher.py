@@ -6,9 +6,10 @@ import asyncio
 import threading
 import time
 
+import pytest
 import torch
 
-from vaswani_transformer.serving.batcher import Batcher
+from vaswani_transformer.serving.batcher import Batcher, SentenceTooLong
 
 
 class RecordingEngine:
@@ -155,3 +156,43 @@ def test_a_worker_whose_company_another_worker_took_waits_for_the_next_request()
     finally:
         worker.stop()
     assert answers == ((["A"], [None]), (["B"], [None])) and len(alive) == 2
+
+
+def test_a_sentence_longer_than_the_engine_translates_whole_is_refused_before_it_queues() -> None:
+    """The server cut such a sentence silently to the model's positions: now its request is refused, naming it."""
+    engine = RecordingEngine()
+    worker = batcher(engine, max_wait=0)
+    worker.max_source_tokens = 3
+    worker.start()
+    try:
+        with pytest.raises(SentenceTooLong) as refused:
+            asyncio.run(worker.translate(["a b", "c d e f"], ()))
+        assert asyncio.run(worker.translate(["a b c"], ())) == (["A B C"], [None])
+    finally:
+        worker.stop()
+    assert (refused.value.index, refused.value.tokens, refused.value.limit) == (1, 4, 3)
+    assert engine.batches == [["a b c"]] and worker.waiting == 0
+
+
+def test_a_client_that_left_holds_no_place_in_the_queue() -> None:
+    """Abandoned sentences counted toward --max_queue until the running batch ended: 503s after every client left."""
+    engine = RecordingEngine()
+    worker = Batcher(
+        engine, lambda text: 1, max_batch_tokens=1000, max_batch_sentences=64, max_wait=60, max_queue=2,
+        observer=Quiet(),
+    )  # fmt: skip
+    worker.start()
+
+    async def leave_then_ask():
+        gone = asyncio.ensure_future(worker.translate(["a", "b"], ()))  # waits 60 s for company: the queue is full
+        await asyncio.sleep(0.1)
+        gone.cancel()
+        await asyncio.sleep(0.05)
+        worker.hurry()
+        return await asyncio.wait_for(worker.translate(["c", "d"], ()), 30)
+
+    try:
+        assert asyncio.run(leave_then_ask()) == (["C", "D"], [None, None])
+    finally:
+        worker.stop()
+    assert engine.batches == [["c", "d"]]

@@ -28,6 +28,10 @@ Exit status: 0 after a signal, 2 for bad options or a model that does not load (
 """
 
 import argparse
+import errno
+import ipaddress
+import re
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -126,6 +130,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, S
     for name in POSITIVE:
         if getattr(args, name) <= 0:
             parser.error(f"--{name} must be positive, got {getattr(args, name)}")
+    if args.port > 65535:
+        parser.error(f"--port must be at most 65535, got {args.port}")
     if args.decoding_workers is not None and args.decoding_workers < 1:
         parser.error(f"--decoding_workers must be at least 1, got {args.decoding_workers}")
     if args.max_wait_ms < 0 or (args.requests_per_minute is not None and args.requests_per_minute <= 0):
@@ -174,6 +180,38 @@ def language_pair(args: argparse.Namespace) -> tuple[str, str]:
     return source, target
 
 
+def check_address(host: str, port: int) -> None:
+    """The server can listen on host:port: an OSError naming the flag when the host is no address of this machine
+    or the port is taken, found before the model loads (the socket is closed again at once)."""
+    if re.fullmatch(r"[\d.]+", host):  # looks like IPv4: never a name to look up
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise OSError(f"--host {host} is not an IPv4 address: give one such as 127.0.0.1 or 0.0.0.0.") from None
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as error:
+        raise OSError(f"--host {host} is not an address of this machine ({error.strerror}).") from None
+    with socket.socket(family, kind, protocol) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise OSError(
+                    f"port {port} on {host} is in use by another process: stop it, or give another --port."
+                ) from None
+            raise OSError(f"cannot listen on {host}:{port} ({error.strerror}): give another --host or --port.") from None
+
+
+def shown_name(model: str) -> str:
+    """The model as the API's pages name it: a Hub id, or a local folder's name (never its path on this machine)."""
+    path = Path(model).expanduser()
+    return path.resolve().name if path.exists() else model
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Load the model (exit 2 if it does not load), then serve until a signal; 0 after a graceful end."""
     args, settings = parse_args(argv)
@@ -187,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..serving.server import run_server
 
     try:
+        check_address(args.host, args.port)
         source, target = language_pair(args)
         engine = load_engine(args.model, args.engine_options)
     except (OSError, ValueError) as error:
@@ -194,6 +233,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     log_to_stderr(args.log_level, "%(levelname)s:%(name)s:%(message)s")
     settings = ServeSettings(**{**settings.__dict__, "source": source, "target": target})
-    app = create_app(engine, settings, model_name=str(args.model))
+    app = create_app(engine, settings, model_name=shown_name(str(args.model)))
     run_server(app, args.host, args.port, args.shutdown_timeout, args.log_level)
     return 0

@@ -21,10 +21,13 @@ class Engine(Protocol):
     Attributes:
         name: the engine's `--engine` name ("torch", "onnxruntime", "ctranslate2").
         tokenizer: the model's tokenizer (the server counts a request's tokens with it).
+        max_source_tokens: the longest source, in tokens, it translates whole (its position table); `translate`
+            cuts a longer one with a warning, and the server refuses it.
     """
 
     name: str
     tokenizer: "PreTrainedTokenizerBase"
+    max_source_tokens: int
 
     def translate(
         self,

@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
 from ..decoding.translate import BATCH_SIZE, length_sorted_batches
+from ..decoding.translation_inputs import cap_source_lengths
 from ..evaluation.loading import tokenizer_files
 from ..files.reading import read_json
 from ..trust import check_remote_code
@@ -71,6 +72,9 @@ class CTranslate2Translator:
         if device == "cpu":
             options = {"intra_threads": 1, "inter_threads": cpu_count(), **options}
         self.decoding = read_json(folder / DECODING_FILE, EXPORT_AGAIN)
+        if not isinstance(self.decoding, dict) or type(self.decoding.get("max_positions")) is not int:
+            raise ValueError(f"{folder / DECODING_FILE} does not record the export's max_positions: {EXPORT_AGAIN}.")
+        self.max_positions = self.decoding.pop("max_positions")
         for name in tokenizer_files(folder):  # named here, not by the tokenizers library
             if name.endswith(".json"):
                 read_json(folder / name, EXPORT_AGAIN)
@@ -89,6 +93,14 @@ class CTranslate2Translator:
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
         if device == "cuda":
             self._open_gpu_libraries()
+
+    @property
+    def max_source_tokens(self) -> int:
+        """The longest source whose translation fits the export's position rows: the source's own, less the
+        output limit's offset (§6.1) and the decoder's start token where the output limit follows the source."""
+        if "max_decoding_length" in self.decoding:
+            return self.max_positions
+        return max(1, self.max_positions - self.decoding["max_length_offset"] - 1)
 
     def _open_gpu_libraries(self) -> None:
         """Decode one token now: CTranslate2 opens cuBLAS at its first batch on a GPU, and a missing library
@@ -118,14 +130,18 @@ class CTranslate2Translator:
             return []
         options = {**self.decoding, **ctranslate2_options(overrides)}
         offset, limit = options.pop("max_length_offset"), options.pop("max_decoding_length", None)
+        encoded = self.tokenizer(list(texts), verbose=False)["input_ids"]
         sources = [
-            self.tokenizer.convert_ids_to_tokens(ids) for ids in self.tokenizer(list(texts))["input_ids"]
+            self.tokenizer.convert_ids_to_tokens(ids)
+            for ids in cap_source_lengths(encoded, self.max_source_tokens)
         ]
         batches = length_sorted_batches([len(tokens) for tokens in sources], batch_size)
         pending = [
             self.translator.translate_batch(
                 [sources[i] for i in batch],
-                max_decoding_length=limit or max(len(sources[i]) for i in batch) + offset,
+                max_decoding_length=min(
+                    limit or max(len(sources[i]) for i in batch) + offset, self.max_positions - 1
+                ),
                 asynchronous=True,
                 **options,
             )
@@ -153,6 +169,7 @@ class CTranslate2Engine:
     def __init__(self, translator: CTranslate2Translator, quantize: str = "none"):
         self.translator, self.quantize = translator, quantize
         self.tokenizer = translator.tokenizer
+        self.max_source_tokens = translator.max_source_tokens
 
     def translate(
         self,

@@ -30,7 +30,7 @@ from .options import CTRANSLATE2_EXTRA, WEIGHT_TYPES, check_max_positions
 CTRANSLATE2_ACTIVATIONS = ("relu", "gelu")
 DECODING_FILE = "decoding.json"
 # What the conversion writes for a given model: bump it when that changes, so cached exports are made anew.
-EXPORT_FORMAT = 1
+EXPORT_FORMAT = 2
 EXPORT_AGAIN = "export the model again (vaswani-export-ctranslate2)"
 
 
@@ -186,19 +186,21 @@ def to_ctranslate2(
             spec.save(str(folder))
             tokenizer.save_pretrained(folder)
             (folder / DECODING_FILE).write_text(
-                json.dumps(decoding_defaults(model), indent=2) + "\n", encoding="utf-8"
+                json.dumps(decoding_defaults(model, max_positions), indent=2) + "\n", encoding="utf-8"
             )
     return output
 
 
-def decoding_defaults(model: PreTrainedModel) -> dict[str, Any]:
-    """The model's decoding (its generation config, §6.1) as CTranslate2 options, written beside the export."""
+def decoding_defaults(model: PreTrainedModel, max_positions: int) -> dict[str, Any]:
+    """The model's decoding (its generation config, §6.1) as CTranslate2 options, written beside the export with
+    the export's position rows (`max_positions`), which bound the source and the output alike."""
     generation = model.generation_config
     beams = generation.num_beams or 1
     defaults = {
         "beam_size": beams,
         "length_penalty": generation_setting(generation, "length_penalty") if beams > 1 else 1.0,
         "max_length_offset": model.config.max_length_offset,
+        "max_positions": max_positions,
         # CTranslate2's default minimum of 1 would forbid </s> as the first token; the model allows it.
         "min_decoding_length": generation.min_new_tokens or 0,
     }

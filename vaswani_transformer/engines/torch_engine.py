@@ -63,6 +63,11 @@ class TorchEngine:
     ):
         self.model, self.tokenizer, self.dtype, self.cuda_graphs = model, tokenizer, dtype, cuda_graphs
 
+    @property
+    def max_source_tokens(self) -> int:
+        """The model's position table: `translate` cuts longer sources to it."""
+        return self.model.config.max_position_embeddings
+
     def translate(
         self,
         texts: Sequence[str],

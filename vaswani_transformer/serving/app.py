@@ -26,7 +26,7 @@ from ..decoding.engine import Engine
 from ..decoding.sentences import Sentence, join_sentences, split_sentences
 from ..decoding.translate import decoding_workers
 from ..values import check_length_penalty
-from .batcher import Batcher, Options, QueueFull
+from .batcher import Batcher, Options, QueueFull, SentenceTooLong
 from .limits import ApiError, ApiKeys, RateLimiter
 from .metrics import ServerMetrics
 from .page import add_page
@@ -137,6 +137,14 @@ class Translation:
         if work in done:
             try:
                 return work.result()
+            except SentenceTooLong as error:
+                raise ApiError(
+                    413,
+                    f"Sentence {error.index + 1} of the request holds {error.tokens:,} tokens; this model translates "
+                    f"at most {error.limit:,} tokens a sentence whole (its position table), and cuts none: split "
+                    "it into shorter sentences (the native API's split_sentences, or LibreTranslate's /translate, "
+                    "splits at sentence ends).",
+                ) from None
             except QueueFull:
                 raise ApiError(
                     503,
@@ -189,6 +197,7 @@ def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model
         observer=metrics,
         scorer=lambda sources, translations: sentence_scores(engine, sources, translations),
         workers=settings.decoding_workers or default_workers(engine),
+        max_source_tokens=engine.max_source_tokens,
     )
     translation = Translation(batcher, settings, state)
     keys = ApiKeys(settings.api_keys) if settings.api_keys else None
@@ -201,7 +210,8 @@ def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model
         state.ready = True
         yield
         state.ready = False
-        await asyncio.to_thread(batcher.stop)
+        # past --shutdown_timeout, a batch still decoding (every request of it answered 503) does not hold the exit
+        await asyncio.to_thread(batcher.stop, 0 if state.out_of_time.is_set() else None)
 
     app = FastAPI(
         title="vaswani-serve",
@@ -255,7 +265,7 @@ def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model
     async def libretranslate(request: Request) -> JSONResponse:
         """LibreTranslate's `POST /translate`: `q` (a text or a list), `source`, `target`, `format` "text",
         `api_key`; as JSON, a form or the query string. Paragraphs are translated sentence by sentence."""
-        fields = await libretranslate_fields(request, settings.limits.max_body_bytes)
+        fields = await libretranslate_fields(request, settings.limits)
         admit(request, _optional_text(fields, "api_key"))
         texts = _texts(fields.get("q"), "q")
         check_pair(fields.get("source"), fields.get("target"))
@@ -285,10 +295,10 @@ def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model
     async def native(request: Request) -> JSONResponse:
         """Texts (`q`), decoding options as `vaswani-translate`'s, and `split_sentences`; each translation comes
         with its sentences, each with its score (mean token log-probability)."""
-        body = await native_request(request, settings.limits.max_body_bytes)
+        body = await native_request(request, settings.limits)
         admit(request, body.api_key)
         check_pair(body.source, body.target)
-        options = _native_options(body, settings)
+        options = _native_options(body, settings, engine.max_source_tokens)
         texts = [body.q] if isinstance(body.q, str) else body.q
         results = await translation.run(request, texts, body.split_sentences, options, body.scores)
         return JSONResponse(
@@ -311,7 +321,7 @@ def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model
             }
         )
 
-    @app.get("/health", summary="Live: the process answers")
+    @app.api_route("/health", methods=["GET", "HEAD"], summary="Live: the process answers")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
@@ -325,7 +335,7 @@ def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    add_page(app, engine, batcher, settings.limits)
+    add_page(app, engine, batcher, settings.limits, admit)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"]
@@ -355,13 +365,20 @@ def _texts(q: Any, name: str) -> list[str]:
     return texts
 
 
-def _native_options(body: NativeRequest, settings: ServeSettings) -> Options:
-    """The server's decoding defaults with the request's options over them, checked."""
+def _native_options(body: NativeRequest, settings: ServeSettings, longest: int) -> Options:
+    """The server's decoding defaults with the request's options over them, checked: no output longer than
+    `longest` tokens (the engine's position table)."""
     if body.num_beams is not None and body.num_beams > settings.limits.max_beams:
         raise ApiError(
             422,
             f"num_beams {body.num_beams} is more than this server decodes with, {settings.limits.max_beams} "
             "(vaswani-serve --max_beams).",
+        )
+    if body.max_new_tokens is not None and body.max_new_tokens > longest:
+        raise ApiError(
+            422,
+            f"max_new_tokens {body.max_new_tokens:,} is longer than this model translates: at most {longest:,} "
+            "tokens (its position table). Ask for fewer, or leave it out (the source + 50, §6.1).",
         )
     try:
         check_length_penalty("length_penalty", body.length_penalty)

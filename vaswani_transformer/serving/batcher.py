@@ -34,6 +34,14 @@ class QueueFull(Exception):
     """More sentences are waiting than the queue holds (`--max_queue`)."""
 
 
+class SentenceTooLong(Exception):
+    """A sentence longer than the engine translates whole (`Engine.max_source_tokens`): never cut silently."""
+
+    def __init__(self, index: int, tokens: int, limit: int) -> None:
+        super().__init__(f"sentence {index + 1} holds {tokens:,} tokens, more than {limit:,}")
+        self.index, self.tokens, self.limit = index, tokens, limit
+
+
 class BatchObserver(Protocol):
     """What the batcher reports (`metrics.ServerMetrics`)."""
 
@@ -90,12 +98,14 @@ class Batcher:
         observer: BatchObserver,
         scorer: Scorer | None = None,
         workers: int = 1,
+        max_source_tokens: int | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}.")
         self.engine, self.count_tokens, self.scorer, self.observer = engine, count_tokens, scorer, observer
         self.max_batch_tokens, self.max_batch_sentences = max_batch_tokens, max_batch_sentences
         self.max_wait, self.max_queue = max_wait, max_queue
+        self.max_source_tokens = max_source_tokens  # the engine's (`Engine.max_source_tokens`); None: no limit
         self._waiting: deque[Item] = deque()
         self._condition = threading.Condition()
         self._stopping = self._hurrying = False
@@ -113,13 +123,14 @@ class Batcher:
         for thread in self._threads:
             thread.start()
 
-    def stop(self) -> None:
-        """Decode what is waiting, then end the workers."""
+    def stop(self, wait: float | None = None) -> None:
+        """Decode what is waiting, then end the workers; `wait`: at most that many seconds for a batch still
+        decoding (its daemon thread ends with the process), None: until it is done."""
         with self._condition:
             self._stopping = True
             self._condition.notify_all()
         for thread in self._threads:
-            thread.join()
+            thread.join(wait)
 
     @contextmanager
     def model_idle(self) -> Iterator[None]:
@@ -140,7 +151,8 @@ class Batcher:
         return len(self._waiting)
 
     def submit(self, sentences: list[str], options: Options, want_scores: bool) -> Job:
-        """Queue a request's sentences (QueueFull when they do not fit); its future resolves in the loop."""
+        """Queue a request's sentences (SentenceTooLong for one the engine would cut, QueueFull when they do not
+        fit beside the live requests' sentences); its future resolves in the loop."""
         loop = asyncio.get_running_loop()
         job = Job(sentences, options, want_scores, loop, loop.create_future())
         if not sentences:
@@ -148,7 +160,11 @@ class Batcher:
             return job
         now = time.monotonic()
         items = [Item(job, index, self.count_tokens(text), now) for index, text in enumerate(sentences)]
+        limit = self.max_source_tokens
+        if limit is not None and (too_long := next((item for item in items if item.tokens > limit), None)):
+            raise SentenceTooLong(too_long.index, too_long.tokens, limit)
         with self._condition:
+            self._drop_abandoned()  # a client that left holds no place in the queue
             if self._stopping or len(self._waiting) + len(items) > self.max_queue:
                 raise QueueFull
             self._waiting.extend(items)
@@ -201,12 +217,17 @@ class Batcher:
             or len(self._waiting) >= self.max_batch_sentences
         )
 
-    def _take(self) -> list[Item]:
-        """From the queue: the sentences of abandoned requests (dropped), and the batch (removed), oldest first."""
-        abandoned = [item for item in self._waiting if item.job.abandoned]
-        if abandoned:
-            self.observer.dropped(len(abandoned))
+    def _drop_abandoned(self) -> None:
+        """The sentences of requests whose client went away leave the queue (the condition is held)."""
         waiting = [item for item in self._waiting if not item.job.abandoned]
+        if dropped := len(self._waiting) - len(waiting):
+            self.observer.dropped(dropped)
+            self._waiting = deque(waiting)
+
+    def _take(self) -> list[Item]:
+        """The batch (removed from the queue, oldest first), once abandoned requests' sentences are dropped."""
+        self._drop_abandoned()
+        waiting = list(self._waiting)
         batch: list[Item] = []
         longest, self._left_over = 0, False
         for item in waiting:

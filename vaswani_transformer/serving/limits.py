@@ -53,12 +53,25 @@ def body_too_large(limit: int) -> ApiError:
 
 def read_api_keys(path: Path) -> dict[str, float | None]:
     """The keys of an --api_keys file: one a line, optionally followed by that key's requests per minute; blank
-    lines and lines starting with # are skipped. A ValueError names a bad line."""
+    lines and lines starting with # are skipped. A ValueError names a bad line, a key written twice or a
+    byte-order mark."""
     keys: dict[str, float | None] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    first_line: dict[str, int] = {}
+    text = path.read_text(encoding="utf-8")
+    if text.startswith("\ufeff"):
+        raise ValueError(
+            f"{path} starts with a byte-order mark, which would become part of its first key: save it as UTF-8 "
+            "without one."
+        )
+    for number, line in enumerate(text.splitlines(), 1):
         fields = line.split()
         if not fields or fields[0].startswith("#"):
             continue
+        if fields[0] in first_line:
+            raise ValueError(
+                f"{path}, line {number}: the key of line {first_line[fields[0]]} again; write each key once."
+            )
+        first_line[fields[0]] = number
         if len(fields) > 2:
             raise ValueError(
                 f"{path}, line {number}: write a key, optionally followed by its requests per minute."

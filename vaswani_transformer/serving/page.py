@@ -3,6 +3,7 @@
 (serving/page/), served by name from a fixed list: no CDN, and no path a request names."""
 
 import asyncio
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -14,9 +15,13 @@ from ..decoding.engine import Engine
 from ..plotting import attention_maps
 from .batcher import Batcher
 from .limits import ApiError, ServerLimits
-from .parsing import read_body
+from .parsing import json_object, read_body
 
 ASSETS = {"page.js": "text/javascript", "page.css": "text/css"}
+# The longest source and translation, in tokens, whose attention is sent: the answer holds layers × heads × target
+# × source weights (a base model's 6 × 8 × 200 × 200 is 1.9 million), for a page that draws one sentence.
+ATTENTION_TOKENS = 200
+Admit = Callable[[Request, str | None], None]  # the server's key and rate check (`create_app`)
 
 
 class AttentionRequest(BaseModel):
@@ -25,14 +30,15 @@ class AttentionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     q: str
     translation: str
+    api_key: str | None = None
 
 
 def _asset(name: str) -> str:
     return resources.files("vaswani_transformer.serving").joinpath("page", name).read_text(encoding="utf-8")
 
 
-def add_page(app: FastAPI, engine: Engine, batcher: Batcher, limits: ServerLimits) -> None:
-    """The page's routes on `app`."""
+def add_page(app: FastAPI, engine: Engine, batcher: Batcher, limits: ServerLimits, admit: Admit) -> None:
+    """The page's routes on `app`; `POST /v1/attention` asks `admit` as the translation routes do."""
     page = _asset("index.html")
     assets = {name: _asset(name) for name in ASSETS}
 
@@ -50,18 +56,27 @@ def add_page(app: FastAPI, engine: Engine, batcher: Batcher, limits: ServerLimit
     @app.post("/v1/attention", summary="The encoder-decoder attention of a translation (the page's heat-map)")
     async def attention(request: Request) -> JSONResponse:
         """`{"q": source, "translation": its translation}` → the source's and the translation's tokens and the
-        cross-attention weights, `cross[layer][head][target token][source token]` (--engine torch only)."""
+        cross-attention weights, `cross[layer][head][target token][source token]` (--engine torch only; each side
+        at most ATTENTION_TOKENS tokens; an API key where the server has keys)."""
         model = getattr(engine, "model", None)
         if engine.name != "torch" or model is None:
             raise ApiError(
                 400, f"Attention needs the PyTorch model: serve with --engine torch, not {engine.name}."
             )
-        body = await read_body(request, limits.max_body_bytes)
+        body = await read_body(request, limits)
         try:
-            asked = AttentionRequest.model_validate_json(body)
+            asked = AttentionRequest.model_validate(json_object(body))
         except ValidationError as error:
             raise ApiError(400, f"Invalid request: {error.errors()[0]['msg']}.") from None
+        admit(request, asked.api_key)
         limits.check_text([asked.q, asked.translation], 1)
+        for name, text in (("q", asked.q), ("translation", asked.translation)):
+            if (tokens := len(engine.tokenizer(text, verbose=False)["input_ids"])) > ATTENTION_TOKENS:
+                raise ApiError(
+                    413,
+                    f"{name} holds {tokens:,} tokens; the attention of at most {ATTENTION_TOKENS} tokens a side is "
+                    "sent (the page draws one sentence): send a shorter sentence.",
+                )
 
         def maps() -> dict[str, Any]:
             # between batches: attention_maps switches the model to eager attention

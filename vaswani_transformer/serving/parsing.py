@@ -2,16 +2,20 @@
 multipart) or JSON, as LibreTranslate accepts them, and the native API's JSON checked against its model. Each
 problem is an `ApiError` (400) naming it: malformed JSON, text that is not UTF-8, a field of the wrong type."""
 
+import asyncio
 import json
+import re
 from typing import Any
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
-from .limits import ApiError, body_too_large
+from .limits import ApiError, ServerLimits, body_too_large
 
 LIBRETRANSLATE_FIELDS = ("q", "source", "target", "format", "api_key", "alternatives")
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+JSON_NAMES = {"list": "an array", "NoneType": "null", "str": "a string", "int": "a number", "float": "a number"}
 
 
 class NativeRequest(BaseModel):
@@ -36,17 +40,31 @@ class NativeRequest(BaseModel):
     api_key: str | None = Field(None, description="the API key, when the server has keys")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused (413) as soon as it passes `limit` bytes, whether or not Content-Length said so."""
+async def read_body(request: Request, limits: ServerLimits) -> bytes:
+    """The body, refused (413) as soon as it passes --max_body_bytes, whether or not Content-Length said so; 408
+    when it has not arrived whole within --request_timeout (a Content-Length longer than the body, a chunked body
+    without its end), 499 when the client leaves in the middle of it."""
+    limit, seconds = limits.max_body_bytes, limits.request_timeout
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise body_too_large(limit)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise body_too_large(limit)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(seconds):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise body_too_large(limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(
+            408,
+            f"The request body did not arrive within {seconds:g} s (vaswani-serve --request_timeout; a Content-Length "
+            "longer than the body, or a chunked body without its end): send it whole.",
+            {"Connection": "close"},
+        ) from None
+    except ClientDisconnect:
+        raise ApiError(499, "The client closed the request before its body was sent.") from None
     return b"".join(chunks)
 
 
@@ -57,39 +75,72 @@ def _text(body: bytes) -> str:
         raise ApiError(400, f"The request body is not UTF-8 (byte {error.start}): send UTF-8 text.") from None
 
 
-def _json_object(body: bytes) -> dict[str, Any]:
+def _check_unicode(value: Any, name: str) -> None:
+    """Text holds no lone surrogate (JSON's "\\ud800", which is no character and cannot be encoded)."""
+    if isinstance(value, str) and (found := LONE_SURROGATE.search(value)):
+        raise ApiError(
+            400,
+            f"Invalid request: {name} holds a lone surrogate (\\u{ord(found[0]):04x}), which is not a character: "
+            "send valid Unicode text.",
+        )
+    if isinstance(value, list):
+        for item in value:
+            _check_unicode(item, name)
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object whose texts are valid Unicode; an ApiError (400) naming what it is instead."""
     try:
         fields = json.loads(_text(body))
     except json.JSONDecodeError as error:
         raise ApiError(400, f"The request body is not valid JSON ({error}).") from None
+    except RecursionError:
+        raise ApiError(400, "The request body is JSON nested too deeply: send an object of fields.") from None
     if not isinstance(fields, dict):
-        raise ApiError(400, f"The request body must be a JSON object, got {type(fields).__name__}.")
+        kind = JSON_NAMES.get(type(fields).__name__, type(fields).__name__)
+        raise ApiError(400, f"The request body must be a JSON object of fields, got {kind}.")
+    for name, value in fields.items():
+        _check_unicode(name, "a field name")
+        _check_unicode(value, name)
     return fields
 
 
-async def libretranslate_fields(request: Request, limit: int) -> dict[str, Any]:
+def _form_fields(text: str, where: str, strict: bool = True) -> dict[str, str]:
+    """A urlencoded form's fields, each percent-encoded byte decoded as UTF-8 (never replaced by U+FFFD); `strict`:
+    a field without "=" is refused (a body that is not a form)."""
+    try:
+        return dict(parse_qsl(text, keep_blank_values=True, strict_parsing=strict, errors="strict"))
+    except UnicodeDecodeError:
+        raise ApiError(
+            400, f"The {where} holds percent-encoded bytes that are not UTF-8 (e.g. %E9): encode text as UTF-8."
+        ) from None
+    except ValueError:
+        raise ApiError(400, f"The {where} is neither JSON nor a form: send one of them.") from None
+
+
+async def libretranslate_fields(request: Request, limits: ServerLimits) -> dict[str, Any]:
     """LibreTranslate's fields: the query string's, overridden by the body's (JSON, a urlencoded or a multipart
     form)."""
-    body = await read_body(request, limit)
-    fields: dict[str, Any] = dict(request.query_params)
+    body = await read_body(request, limits)
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    fields: dict[str, Any] = _form_fields(query, "query string", strict=False) if query else {}
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json" or (not kind and body.lstrip()[:1] == b"{"):
-        fields |= _json_object(body)
+        fields |= json_object(body)
     elif kind == "multipart/form-data":
         request._body = body  # starlette's form parser reads the body it was given
         form = await request.form()
         fields |= {name: value for name, value in form.items() if isinstance(value, str)}
     elif body:
-        try:
-            fields |= dict(parse_qsl(_text(body), keep_blank_values=True, strict_parsing=True))
-        except ValueError:
-            raise ApiError(400, "The request body is neither JSON nor a form: send one of them.") from None
+        fields |= _form_fields(_text(body), "request body")
+    for name, value in fields.items():
+        _check_unicode(value, name)
     return fields
 
 
-async def native_request(request: Request, limit: int) -> NativeRequest:
+async def native_request(request: Request, limits: ServerLimits) -> NativeRequest:
     """The native API's request, checked field by field."""
-    fields = _json_object(await read_body(request, limit))
+    fields = json_object(await read_body(request, limits))
     try:
         return NativeRequest.model_validate(fields)
     except ValidationError as error:
