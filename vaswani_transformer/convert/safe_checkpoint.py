@@ -145,7 +145,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         with torch.serialization.safe_globals([argparse.Namespace, *inert]):
             checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch's own refusal (a pickled torch module, say), or a damaged file
-        raise ValueError(f"{path} cannot be read safely ({error}): {STRIP_FIX}.") from None
+        # torch's message is not repeated: it advises weights_only=False, which would run what the file pickles
+        raise ValueError(f"{path} cannot be read safely ({type(error).__name__}): {STRIP_FIX}.") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("model"), Mapping):
         raise ValueError(
             f"{path} holds no fairseq checkpoint (a dict with the model's weights under 'model')."

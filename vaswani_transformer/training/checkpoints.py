@@ -4,6 +4,7 @@ telling whole checkpoints from ones a killed save left behind."""
 import json
 import os
 import re
+import pickle
 import shutil
 import zipfile
 from collections.abc import Iterable, Sequence
@@ -123,12 +124,23 @@ def _json_problem(path: Path) -> str | None:
 
 
 def _torch_file_problem(path: Path) -> str | None:
-    """A torch.save file is a zip archive whose directory is at its end: a file cut short has none. Only the
-    directory is read (an optimiser's state is twice the weights); torch.load checks the rest as it reads."""
+    """A torch.save file is a zip archive whose directory is at its end: a file cut short has none. Its pickle is
+    then read as the Trainer reads it (weights_only, numpy's arrays allowed), its tensors mapped, not read (an
+    optimiser's state is twice the weights): a file holding any other object, which could run code, is refused
+    here, before training starts, rather than by the Trainer halfway through resuming."""
     try:
         zipfile.ZipFile(path).close()
     except (zipfile.BadZipFile, OSError):
         return f"{path} is cut short or damaged (not a whole torch file)"
+    from transformers.trainer_pt_utils import safe_globals  # the Trainer's own allowlist, imported with it
+
+    try:
+        with safe_globals():
+            torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError:
+        return f"{path} holds objects other than tensors and numbers (code could run on loading it): not loaded"
+    except (RuntimeError, OSError, EOFError, ValueError) as error:
+        return f"{path} is damaged ({type(error).__name__})"
     return None
 
 

@@ -8,9 +8,11 @@ what each setting means and which values and combinations are allowed, checked b
 
 import copy
 import difflib
+import hashlib
 import json
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -66,6 +68,7 @@ OWN_SETTINGS = {
 DEFAULTS = setting_defaults()
 # A run's train_options.json is its contract: --resume continues it only with the same value of every setting that
 # shapes the model, the data or the schedule. These, and only these, may change on --resume (why, for the docs).
+RECORD_FINGERPRINT = "record_fingerprint"  # train_options.json's own key: `record_fingerprint`
 MAY_CHANGE_ON_RESUME = {
     "resume": "the command itself",
     "overwrite": "the command itself (the run may have begun with it; --resume never takes it)",
@@ -429,6 +432,18 @@ class TrainOptions:
             TypeError,
         ) as error:  # a value of the wrong type: huggingface_hub's check
             raise ValueError(f"--config_overrides: {error}") from error
+
+
+def record_fingerprint(record: Mapping[str, Any]) -> str:
+    """A hash of a run's record (train_options.json, as JSON reads it back) over every value that may not change on
+    --resume: written with the record, so that a hand edit of a seed or a learning rate, or a key added by hand, is
+    told apart from the record the run wrote (--resume would otherwise take it as the run's own settings)."""
+    fixed = {
+        name: value
+        for name, value in record.items()
+        if name not in MAY_CHANGE_ON_RESUME and name != RECORD_FINGERPRINT
+    }
+    return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def changed_on_resume(options: TrainOptions, record: dict[str, Any]) -> list[str]:

@@ -23,6 +23,7 @@ from filelock import FileLock, Timeout
 from ..files.paths import check_apart
 from ..files.writing import write_text_atomically
 from .checkpoints import whole_checkpoints
+from .options import RECORD_FINGERPRINT, record_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -202,9 +203,17 @@ def read_run_record(folder: Path) -> dict[str, Any] | None:
     except ValueError as error:  # not JSON, or not UTF-8
         problem = f"is damaged, not valid JSON ({error})"
     else:
-        if isinstance(settings, dict):
+        if not isinstance(settings, dict):
+            problem = "is not a run's record (a JSON object of settings)"
+        elif settings.get(RECORD_FINGERPRINT) != record_fingerprint(settings):
+            raise RunFolderError(
+                f"{record} was edited after the run wrote it (its {RECORD_FINGERPRINT} does not match its "
+                "settings): --resume continues a run with the settings it was made with. Restore the file; change "
+                "what may change on --resume by its flag (docs/training.md); or start a new run with --overwrite "
+                "or in another --output_dir."
+            )
+        else:
             return settings
-        problem = "is not a run's record (a JSON object of settings)"
     raise RunFolderError(
         f"{record} {problem}: --resume cannot check the run's settings against it. Start a new run with "
         "--overwrite or in another --output_dir."
@@ -215,5 +224,6 @@ def write_options(options: Any, folder: Path, inputs: Mapping[str, Any] | None =
     """The run's settings (a `TrainOptions`) as train_options.json in `folder`, with what the run was made from
     (`run_record.record_run`: the corpora's fingerprint, the vocabulary) where given."""
     folder.mkdir(parents=True, exist_ok=True)
-    record = asdict(options) | dict(inputs or {})
-    write_text_atomically(folder / OPTIONS_FILE, json.dumps(record, default=str, indent=2) + "\n")
+    record = json.loads(json.dumps(asdict(options) | dict(inputs or {}), default=str))
+    record[RECORD_FINGERPRINT] = record_fingerprint(record)
+    write_text_atomically(folder / OPTIONS_FILE, json.dumps(record, indent=2) + "\n")
