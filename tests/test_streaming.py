@@ -342,3 +342,26 @@ def test_ctrl_c_during_training_says_how_to_resume_and_resume_finishes_the_run(t
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "--resume: continuing from checkpoint-" in resumed.stderr
     assert json.loads((run / "final" / "scores.json").read_text(encoding="utf-8"))["num_sentences"] == 5
+
+
+@pytest.mark.slow  # a command in a fresh interpreter per redirection
+@pytest.mark.parametrize("redirect", [">>", ">", "< in.en >>"])
+def test_output_onto_its_own_input_is_refused_before_anything_is_translated(
+    trained_run, tmp_path: Path, redirect: str
+) -> None:
+    """`vaswani-translate MODEL in.en >> in.en` translated its own output without end, and `> in.en` translated
+    the file the shell had just emptied and exited 0."""
+    (tmp_path / "in.en").write_text("I love you.\nWhere is the station?\n", encoding="utf-8")
+    before = (tmp_path / "in.en").read_bytes()
+    argument = "" if redirect.startswith("<") else "in.en"
+    translate = f"{console('vaswani-translate')} {trained_run.model_dir} --num_beams 1 --device cpu {argument}"
+    completed = subprocess.run(
+        ["bash", "-c", f"{translate} {redirect} in.en"],
+        cwd=tmp_path, env=ENV, timeout=WAIT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    assert "which is also the input" in completed.stderr and "Traceback" not in completed.stderr
+    if redirect != ">":  # `>` empties the file before the command starts: nothing more may be written
+        assert (tmp_path / "in.en").read_bytes() == before
+    else:
+        assert (tmp_path / "in.en").read_bytes() == b""

@@ -29,6 +29,7 @@ So does a file behind standard output that fills up (a full disk): the message n
 
 import argparse
 import os
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import closing
@@ -80,7 +81,33 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
             parser.error(str(error))
     if not args.files and sys.stdin is None:
         parser.error("standard input is closed: give input files, or pipe the text in")
+    if (same := output_onto_input(args.files)) is not None:
+        parser.error(
+            f"standard output is {same}, which is also the input: the translations would be read as input "
+            "(>> never ends) or the shell has already emptied it (>). Write to another file."
+        )
     return args, engine_options(parser, args)
+
+
+def output_onto_input(files: Sequence[Path]) -> str | None:
+    """The input (a file, or standard input) that standard output writes into, as `cat` tells them apart: the same
+    regular file. None when they differ, or standard output is no regular file (a terminal, a pipe)."""
+    try:
+        output = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a stream without a descriptor
+        return None
+    if not stat.S_ISREG(output.st_mode):
+        return None
+    inputs: list[tuple[str, os.stat_result]] = [(str(path), path.stat()) for path in files]
+    if not files and sys.stdin is not None:
+        try:
+            inputs.append(("standard input", os.fstat(sys.stdin.fileno())))
+        except (OSError, ValueError, AttributeError):
+            pass
+    for name, status in inputs:
+        if (status.st_dev, status.st_ino) == (output.st_dev, output.st_ino):
+            return name
+    return None
 
 
 def input_lines(files: Sequence[Path]) -> Iterator[str]:
