@@ -95,6 +95,13 @@ def run(trained_run, tmp_path: Path) -> Path:
     return Path(shutil.copytree(trained_run.output_dir, tmp_path / "run", ignore=ignored))
 
 
+def evaluation_of(model: Path) -> Path:
+    """The folder vaswani-evaluate writes into by default (beside the model), made here."""
+    folder = model.parent / f"{model.name}-evaluation"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 def scored_set(tmp_path: Path) -> list[str]:
     """--source and --references of a small test set."""
     (tmp_path / "corpus").mkdir(exist_ok=True)
@@ -141,7 +148,7 @@ def test_a_second_writer_stops_naming_the_first_and_leaves_its_result_whole(
 
 @pytest.mark.slow  # two commands in processes of their own
 def test_a_second_evaluation_of_a_name_stops_before_decoding(model: Path, tmp_path: Path, capsys) -> None:
-    scores = model / "conc_scores.json"
+    scores = evaluation_of(model) / "conc_scores.json"
     with claim_held_by_another_process(scores, "file") as first:
         assert evaluate.main([str(model), *scored_set(tmp_path), "--name", "conc", "--num_beams", "1"]) == 2
     error = capsys.readouterr().err
@@ -180,9 +187,9 @@ def test_two_evaluations_of_one_name_at_once_keep_one_whole_result(model: Path, 
         command("evaluate", *flags, "--num_beams", "2"),
     )
     winner = one_wins(greedy, beam, earlier="holds an earlier evaluation's scores")
-    scores = json.loads((model / "conc_scores.json").read_text())
+    scores = json.loads((evaluation_of(model) / "conc_scores.json").read_text())
     assert scores["decoding"]["num_beams"] == (1 if winner is greedy else 2)
-    assert not [path for path in model.iterdir() if path.name.startswith(".")]  # no lock, no temporary
+    assert not [path for path in evaluation_of(model).iterdir() if path.name.startswith(".")]  # no lock, no temporary
 
 
 @pytest.mark.slow  # three CTranslate2 exports
@@ -220,7 +227,7 @@ def leftovers(final: Path, pid: int) -> Path:
     return partial_path(final).with_name(partial_path(final).name.replace(f"-{os.getpid()}", f"-{pid}"))
 
 
-# Each writer's successful run into OUTPUT (a folder, or evaluate's named result in the model folder).
+# Each writer's successful run into OUTPUT (a folder, or evaluate's named result beside the model).
 WRITERS: dict[str, Callable[[Path], tuple[Path, Callable[[], int]]]] = {
     "average": lambda root: (
         root / "out",
@@ -231,7 +238,7 @@ WRITERS: dict[str, Callable[[Path], tuple[Path, Callable[[], int]]]] = {
         lambda: push.main([str(root / "model"), "--repo_id", "tester/x", "--local_dir", str(root / "out")]),
     ),
     "evaluate": lambda root: (
-        root / "model" / "x_scores.json",
+        evaluation_of(root / "model") / "x_scores.json",
         lambda: evaluate.main([str(root / "model"), *scored_set(root), "--name", "x", "--num_beams", "1"]),
     ),
     "export-onnx": lambda root: (
@@ -266,7 +273,7 @@ def test_what_a_killed_writer_left_is_removed_by_the_next_run(
 def test_what_a_killed_hypotheses_writer_left_is_removed_by_the_next_evaluation(
     model: Path, tmp_path: Path, ended_pid: int
 ) -> None:
-    dead = leftovers(model / "x_hypotheses.txt", ended_pid)
+    dead = leftovers(evaluation_of(model) / "x_hypotheses.txt", ended_pid)
     dead.write_text("half")
     assert evaluate.main([str(model), *scored_set(tmp_path), "--name", "x", "--num_beams", "1"]) == 0
-    assert not dead.exists() and (model / "x_hypotheses.txt").is_file()
+    assert not dead.exists() and (evaluation_of(model) / "x_hypotheses.txt").is_file()

@@ -164,25 +164,29 @@ def test_averaging_into_a_scored_folder_past_the_size_limit_leaves_it_as_it_was(
     assert contents(scored_model) == before and partials(tmp_path) == []
 
 
-def test_scores_that_do_not_fit_replace_neither_file(scored_model: Path, tmp_path: Path) -> None:
+def test_scores_that_do_not_fit_replace_neither_file(trained_run, tmp_path: Path) -> None:
     """The disk fills while decoding (the check before it passed): neither the hypotheses nor the scores of the
     earlier evaluation are replaced, and no temporary is left."""
+    evaluation = tmp_path / "evaluation"
+    evaluation.mkdir()
+    (evaluation / "x_scores.json").write_text('{"earlier": true}\n')
+    (evaluation / "x_hypotheses.txt").write_text("earlier\n")
     sources = tmp_path / "test.en"
     references = tmp_path / "test.de"
     corpus = tatoeba_files(tmp_path, 150)
     shutil.copy(corpus["train_source"], sources)
     shutil.copy(corpus["train_target"], references)
-    before = contents(scored_model)
-    arguments = [str(scored_model), "--source", str(sources), "--references", str(references)]
-    arguments += ["--name", "x", "--overwrite", "--num_beams", "1"]
+    before = contents(evaluation)
+    arguments = [str(trained_run.model_dir), "--source", str(sources), "--references", str(references)]
+    arguments += ["--name", "x", "--overwrite", "--num_beams", "1", "--output_dir", str(evaluation)]
     done = run_command("evaluate", arguments, tmp_path, file_limit=1024)  # both files are bigger
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     (line,) = error_lines(done.stderr)
     assert line.startswith(
-        f"error: file size limit exceeded while writing {scored_model / 'x_scores.json'} ("
+        f"error: file size limit exceeded while writing {evaluation / 'x_scores.json'} ("
     )
-    assert line.endswith("free space or choose another model folder (evaluate a writable copy)")
-    assert contents(scored_model) == before and partials(tmp_path) == []
+    assert line.endswith("free space or choose another --output_dir")
+    assert contents(evaluation) == before and partials(tmp_path) == []
 
 
 def prepare_flags(corpus: dict[str, str]) -> list[str]:

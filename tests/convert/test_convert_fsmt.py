@@ -238,8 +238,9 @@ def test_translate_and_evaluate_commands_work_on_it(
         "--split_compounds",
     ]
     assert evaluate_cli.main([str(converted), *arguments, "--name", "test"]) == 0
-    scores = json.loads((converted / "test_scores.json").read_text(encoding="utf-8"))
-    assert 0 <= scores["tokenized_bleu"]["score"] <= 100 and (converted / "test_hypotheses.txt").is_file()
+    evaluation = converted.parent / f"{converted.name}-evaluation"
+    scores = json.loads((evaluation / "test_scores.json").read_text(encoding="utf-8"))
+    assert 0 <= scores["tokenized_bleu"]["score"] <= 100 and (evaluation / "test_hypotheses.txt").is_file()
 
 
 def test_the_stock_seq2seq_trainer_fine_tunes_it(converted: Path, tmp_path: Path) -> None:

@@ -266,8 +266,9 @@ def test_dtype_float32_keeps_float32_throughout(trained_run, monkeypatch) -> Non
 def test_evaluate_records_engine_quantization_and_precision(
     trained_run, tmp_path, arguments, engine, quantization, dtype, capsys
 ) -> None:
-    folder = tmp_path / "model"  # evaluations write beside the model: a copy of the trained miniature
+    folder = tmp_path / "model"  # a copy of the trained miniature: its evaluation goes beside it
     shutil.copytree(trained_run.model_dir, folder)
+    evaluation = tmp_path / "model-evaluation"
     source, references = tmp_path / "test.en", tmp_path / "test.de"
     source.write_text("\n".join(SENTENCES) + "\n")
     references.write_text("\n".join(["Ich liebe dich."] * len(SENTENCES)) + "\n")
@@ -275,11 +276,11 @@ def test_evaluate_records_engine_quantization_and_precision(
     argv = [str(folder), "--source", str(source), "--references", str(references), "--name", "engine"]
     assert evaluate_cli.main([*argv, "--num_beams", "2", "--batch-size", "2", *arguments, *cache]) == 0
     assert "sacreBLEU" in capsys.readouterr().out
-    decoding = json.loads((folder / "engine_scores.json").read_text())["decoding"]
+    decoding = json.loads((evaluation / "engine_scores.json").read_text())["decoding"]
     assert decoding["engine"] == engine and decoding["quantization"].startswith(quantization)
     assert decoding["dtype"].startswith(dtype) and decoding["num_beams"] == 2
     assert decoding["length_penalty_type"] == ("hf" if engine == "ctranslate2" else "gnmt")
-    hypotheses = (folder / "engine_hypotheses.txt").read_text().splitlines()
+    hypotheses = (evaluation / "engine_hypotheses.txt").read_text().splitlines()
     options = EngineOptions(
         engine=engine,
         quantize="int8" if quantization.startswith("int8") else "none",
@@ -319,12 +320,34 @@ def test_evaluate_prints_json_alone_with_json_and_says_which_references_it_token
     tokenised.write_text("ich liebe dich .\nwo ist der bahnhof ?\n")
     argv = [str(folder), "--source", str(source), "--references", str(references), "--num-beams", "1"]
     assert evaluate_cli.main([*argv, "--name", "machine", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == json.loads((folder / "machine_scores.json").read_text())
+    written = json.loads((tmp_path / "model-evaluation" / "machine_scores.json").read_text())
+    assert json.loads(capsys.readouterr().out) == written
     assert evaluate_cli.main([*argv, "--name", "own", "--references-tokenized", str(tokenised)]) == 0
     text = capsys.readouterr().out
     assert f"against {tokenised}" in text and "nrefs:1" in text and "{" not in text
     assert evaluate_cli.main([*argv, "--name", "here"]) == 0
     assert "Moses-tokenised here" in capsys.readouterr().out
+    assert not list(folder.glob("*_scores.json"))  # the model folder, which a push publishes, is unchanged
+
+
+def test_evaluate_writes_beside_the_model_by_default_and_its_help_example_runs_on_the_jobs_folder(
+    trained_run, tmp_path, capsys
+) -> None:
+    """The first --help example exited 2 on the main job's folder (it holds the job's scores.json) and wrote into
+    the model folder, which a later push published: now it runs as written, and the files go beside the folder."""
+    run = tmp_path / "runs" / "tatoeba-en-de"
+    shutil.copytree(trained_run.model_dir, run / "final")
+    before = sorted(path.name for path in (run / "final").iterdir())
+    (tmp_path / "test.en").write_text("I love you.\n")
+    (tmp_path / "test.de").write_text("Ich liebe dich.\n")
+    example = next(line for line in evaluate_cli.__doc__.splitlines() if "vaswani-evaluate runs/" in line)
+    argv = example.split()[1:] + ["--num_beams", "1"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        assert evaluate_cli.main(argv) == 0
+    assert sorted(path.name for path in (run / "final").iterdir()) == before
+    assert (run / "final-evaluation" / "scores.json").is_file()
+    assert f"written to {Path('runs/tatoeba-en-de/final-evaluation')}" in capsys.readouterr().out
 
 
 def test_a_device_this_machine_lacks_is_named_with_what_it_has() -> None:

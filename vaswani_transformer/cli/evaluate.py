@@ -6,13 +6,15 @@ length-sorted batches, a buffer at a time as vaswani-translate decodes (its defa
 (default), the model's ONNX export in ONNX Runtime (--engine onnxruntime) or its CTranslate2 export (--engine
 ctranslate2), int8 with --quantize int8 (PyTorch, CTranslate2), with the same options as vaswani-translate.
 BLEU is case-sensitive unless the model's tokenizer lowercases. Writes hypotheses.txt and scores.json (with the
-decoding used: engine, quantization, precision, search) next to the model; --name NAME writes NAME_hypotheses.txt
-and NAME_scores.json instead, and an earlier evaluation's files are replaced only with --overwrite. Prints the
-scores for a reader, or with --json the scores.json object alone (machine-readable stdout).
+decoding used: engine, quantization, precision, search) into --output_dir, by default a folder beside the model
+(runs/tatoeba-en-de/final-evaluation for runs/tatoeba-en-de/final), never into the model folder, whose files
+vaswani-push publishes; --name NAME writes NAME_hypotheses.txt and NAME_scores.json instead, and an earlier
+evaluation's files are replaced only with --overwrite. Prints the scores for a reader, or with --json the
+scores.json object alone (machine-readable stdout).
 
     vaswani-evaluate runs/tatoeba-en-de/final --source test.en --references test.de
     vaswani-evaluate runs/tatoeba-en-de/final --source test.en --references test.de \
-        --engine ctranslate2 --quantize int8 --name ct2-int8
+        --engine ctranslate2 --quantize int8 --name ct2-int8 --output_dir evaluations/tatoeba
 
 Multi30k test_2016_flickr, lowercased tokenised BLEU comparable to published numbers:
     vaswani-evaluate runs/multi30k/final \
@@ -26,7 +28,7 @@ WMT14 newstest2014 (cased, compound-split tokenised BLEU as in the paper):
 
 Exit status: 0 when scored, 2 for bad options or input, a missing model, scores it would replace without
 --overwrite, another evaluation of the same --name running (named by its PID and host; nothing is decoded then),
-or a model folder that cannot take the files (read-only, or full; nothing is decoded then), or one that filled
+or an --output_dir that cannot take the files (read-only, or full; nothing is decoded then), or one that filled
 up while decoding (the earlier files stay as they were).
 """
 
@@ -45,6 +47,11 @@ from .decoding import add_decoding_arguments, engine_options, generate_overrides
 def read_lines(path: Path | None) -> list[str] | None:
     """Lines of a UTF-8 text file, split at "\\n" only (None for no file)."""
     return None if path is None else read_text_lines(path)
+
+
+def default_output_dir(model_dir: Path) -> Path:
+    """Where an evaluation's files go unless told: a folder beside the model, named after it."""
+    return model_dir.parent / f"{model_dir.name}-evaluation"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, EngineOptions]:
@@ -78,6 +85,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
         help="write NAME_hypotheses.txt and NAME_scores.json (NAME: ASCII letters, digits, '.', '_' and '-', "
         "starting with a letter or digit)",
     )
+    parser.add_argument(
+        "--output_dir",
+        "--output-dir",
+        type=Path,
+        help="folder for the hypotheses and scores (default: MODEL_DIR-evaluation, beside the model; never inside "
+        "it: vaswani-push publishes the model folder)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation's files")
     parser.add_argument(
         "--json",
@@ -97,7 +111,14 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, E
         prefix = evaluation_prefix(args.name)
     except ValueError as error:
         parser.error(str(error))
-    written = {(args.model_dir / f"{prefix}{name}").resolve() for name in ("hypotheses.txt", "scores.json")}
+    args.output_dir = args.output_dir or default_output_dir(args.model_dir)
+    if args.output_dir.resolve().is_relative_to(args.model_dir.resolve()):
+        parser.error(
+            f"--output_dir {args.output_dir} is inside the model folder {args.model_dir}, whose files vaswani-push "
+            f"publishes (an evaluation's scores would replace the training run's on the card): give a folder "
+            f"beside it (default: {default_output_dir(args.model_dir)})"
+        )
+    written = {(args.output_dir / f"{prefix}{name}").resolve() for name in ("hypotheses.txt", "scores.json")}
     for flag in ("source", "references", "references_tokenized"):
         path = getattr(args, flag)
         if path is not None and path.resolve() in written:  # an output never lands on an input
@@ -115,10 +136,10 @@ def evaluate(
     from ..engines.load import load_engine
     from ..evaluation.scoring import evaluate_model, scores_file
 
-    scores_file(args.model_dir, args.name, overwrite=args.overwrite)
+    scores_file(args.output_dir, args.name, overwrite=args.overwrite)
     return evaluate_model(
         load_engine(args.model_dir, options),
-        args.model_dir,
+        args.output_dir,
         sources,
         references,
         target_lang=args.target_lang,
@@ -171,6 +192,6 @@ def summary(scores: dict, args: argparse.Namespace) -> str:
         [
             f"sacreBLEU {scores['sacrebleu']['score']:.2f}  ({scores['sacrebleu']['signature']})",
             f"tokenised BLEU {scores['tokenized_bleu']['score']:.2f}  ({tokenised_against})",
-            f"{prefix}hypotheses.txt and {prefix}scores.json written to {args.model_dir}",
+            f"{prefix}hypotheses.txt and {prefix}scores.json written to {args.output_dir}",
         ]
     )

@@ -118,8 +118,8 @@ def score_with_tokenizer(
     )
 
 
-# How to choose another place for an evaluation's files, which go into the model folder.
-EVALUATION_PLACE = "model folder (evaluate a writable copy)"
+# How to choose another place for an evaluation's files.
+EVALUATION_PLACE = "--output_dir"
 
 
 def write_scores(
@@ -137,7 +137,7 @@ def write_scores(
     return path
 
 
-# An evaluation's name is part of a file name in the model folder, never a path out of it: ASCII only (a name
+# An evaluation's name is part of a file name in its --output_dir, never a path out of it: ASCII only (a name
 # that stays one file name on every file system and in every shell), and never "." or ".." (its first character).
 EVALUATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -148,20 +148,19 @@ def evaluation_prefix(name: str) -> str:
     if name and not EVALUATION_NAME.fullmatch(name):
         raise ValueError(
             f"--name {name!r}: start with an ASCII letter or digit, then use only ASCII letters, digits, '.', '_' "
-            "and '-' (a name, not a path): the evaluation's files always go into the model folder."
+            "and '-' (a name, not a path): the evaluation's files always go into --output_dir."
         )
     return f"{name}_" if name else ""
 
 
-def scores_file(model_dir: str | Path, name: str = "", *, overwrite: bool = False) -> Path:
-    """The scores file an evaluation named `name` writes into `model_dir` (`{name}_scores.json`).
+def scores_file(output_dir: str | Path, name: str = "", *, overwrite: bool = False) -> Path:
+    """The scores file an evaluation named `name` writes into `output_dir` (`{name}_scores.json`).
 
-    One from an earlier evaluation (the training job's scores.json is the one the model card reports) is
-    replaced only with `overwrite`, and the folder must take files (a read-only or full one is a WriteError):
-    call this before loading or decoding anything.
+    One from an earlier evaluation is replaced only with `overwrite`, and the folder must take files (a read-only
+    or full one is a WriteError): call this before loading or decoding anything.
     """
     prefix = evaluation_prefix(name)
-    path = Path(model_dir) / f"{prefix}scores.json"
+    path = Path(output_dir) / f"{prefix}scores.json"
     if path.exists() and not overwrite:
         raise FileExistsError(
             f"{path} holds an earlier evaluation's scores; name this one (--name, e.g. --name wmt13: "
@@ -173,7 +172,7 @@ def scores_file(model_dir: str | Path, name: str = "", *, overwrite: bool = Fals
 
 def evaluate_model(
     engine: Engine,
-    model_dir: str | Path,
+    output_dir: str | Path,
     sources: Sequence[str],
     references: Sequence[str],
     *,
@@ -186,18 +185,19 @@ def evaluate_model(
     split_compounds: bool = False,
     **generate_overrides: Any,
 ) -> dict:
-    """Translate `sources` with `engine` (`engines.load_engine` of the model in `model_dir`), score them, and
-    write hypotheses.txt and scores.json (with the engine's decoding record) beside the model.
+    """Translate `sources` with `engine` (`engines.load_engine` of a model), score them, and write hypotheses.txt
+    and scores.json (with the engine's decoding record) into `output_dir` (made if missing).
 
-    With a `name`, the files are `{name}_hypotheses.txt` and `{name}_scores.json`, so that scores on another test
-    set sit beside the training job's; earlier files are replaced only with `overwrite` (`scores_file`, checked
+    With a `name`, the files are `{name}_hypotheses.txt` and `{name}_scores.json`, so that scores on several test
+    sets sit side by side; earlier files are replaced only with `overwrite` (`scores_file`, checked
     before decoding, holding the scores file's claim: a second evaluation of the same name stops, naming this
     one, `claims.claimed_output`). `generate_overrides` change the model's decoding (num_beams, length_penalty).
     """
-    prefix = evaluation_prefix(name)
-    with claimed_output(Path(model_dir) / f"{prefix}scores.json", EVALUATION_PLACE, other="--name"):
-        scores_file(model_dir, name, overwrite=overwrite)
-        remove_stale_partials(Path(model_dir), f"{prefix}hypotheses.txt")
+    prefix, folder = evaluation_prefix(name), Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    with claimed_output(folder / f"{prefix}scores.json", EVALUATION_PLACE, other="--name"):
+        scores_file(folder, name, overwrite=overwrite)
+        remove_stale_partials(folder, f"{prefix}hypotheses.txt")
         hypotheses, scores = translate_and_score(
             engine,
             sources,
@@ -209,5 +209,5 @@ def evaluate_model(
             show_progress=show_progress,
             **generate_overrides,
         )
-        write_scores(Path(model_dir), hypotheses, scores, name=prefix)
+        write_scores(folder, hypotheses, scores, name=prefix)
     return scores
