@@ -14,8 +14,10 @@ import yaml
 from tests.conftest import WITHOUT_THE_PACKAGE
 from vaswani_transformer import card_text
 from vaswani_transformer.cli import push
+from vaswani_transformer.decoding.sentences import recorded_languages
 from vaswani_transformer.decoding.translate import translate
 from vaswani_transformer.evaluation import load_for_decoding
+from vaswani_transformer.evaluation.verification import verify_model_folder
 from vaswani_transformer.hub import build_model_card, model_files, write_hub_folder
 from vaswani_transformer.modeling.saving_vaswani_transformer import FOLDER_CODE
 
@@ -155,6 +157,9 @@ def test_local_dir_loads_and_translates_identically_without_the_package(trained_
         <= names
     )
     assert not names & {"hypotheses.txt", "optimizer.pt", "training_args.bin"}  # no pickles, no test outputs
+    required = (folder / "requirements.txt").read_text().splitlines()  # what Inference Endpoints installs
+    assert [line.split(">")[0].split("<")[0] for line in required] == ["torch", "transformers", "sentencex"]
+    assert any(line.startswith("transformers") and "<6" in line for line in required)
     model, tokenizer = load_for_decoding(trained_run.model_dir, device="cpu")
     in_float32 = translate(SENTENCES, model, tokenizer, dtype=torch.float32)  # as plain generate() runs
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
@@ -342,6 +347,40 @@ def test_card_of_a_stock_trainer_fine_tune_claims_only_what_its_folder_records(
     assert metadata["base_model"] == "tester/tatoeba-mini"
     assert "not recorded in its folder" in card
     assert "Adam(0.9, 0.98, 1e-9)" not in card and "label smoothing 0.1" not in card
+
+
+def test_push_flags_make_a_trainer_fine_tune_a_first_class_folder(trained_run, tmp_path: Path, capsys) -> None:
+    """A Seq2SeqTrainer folder records no pair, data, licence or score: vaswani-push is told them, the card states
+    them, and the published folder records its pair, so it serves and splits sentences without flags."""
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    model, tokenizer = load_for_decoding(trained_run.model_dir, device="cpu")
+    folder = tmp_path / "fine-tuned"
+    arguments = Seq2SeqTrainingArguments(output_dir=str(folder), report_to=[], use_cpu=True)
+    Seq2SeqTrainer(model=model, args=arguments, processing_class=tokenizer).save_model()
+    scores = tmp_path / "evaluation" / "scores.json"
+    scores.parent.mkdir()
+    scores.write_text((trained_run.model_dir / "scores.json").read_text())
+    flags = ["--source_lang", "en", "--target_lang", "de", "--dataset", "Helsinki-NLP/tatoeba"]
+    flags += ["--license", "cc-by-2.0", "--scores", str(scores)]
+    local = tmp_path / "hub"
+    assert push.main([str(folder), "--repo_id", "tester/fine-tuned", "--local_dir", str(local), *flags]) == 0
+    card = (local / "README.md").read_text(encoding="utf-8")
+    metadata = card_metadata(card)
+    assert metadata["language"] == ["en", "de"] and metadata["license"] == "cc-by-2.0"
+    assert metadata["datasets"] == ["Helsinki-NLP/tatoeba"]
+    recorded = json.loads(scores.read_text())["sacrebleu"]["score"]
+    assert metadata["model-index"][0]["results"][0]["metrics"][0]["value"] == round(recorded, 2)
+    assert "English→German" in card
+    assert recorded_languages(local) == ("en", "de")
+    assert json.loads((local / "scores.json").read_text()) == json.loads(scores.read_text())
+    verify_model_folder(local)  # the pair in config.json changes nothing the weights compute
+    with pytest.raises(SystemExit):
+        push.main([str(folder), "--repo_id", "tester/x", "--local_dir", str(tmp_path / "x"), "--source_lang", "en"])
+    assert "give --source_lang and --target_lang together" in capsys.readouterr().err
+    told_otherwise = ["--source_lang", "fr", "--target_lang", "en", "--local_dir", str(tmp_path / "y")]
+    assert push.main([str(trained_run.model_dir), "--repo_id", "tester/x", *told_otherwise]) == 2
+    assert "records the pair en→de" in capsys.readouterr().err and not (tmp_path / "y").exists()
 
 
 def test_save_pretrained_with_push_to_hub_uploads_the_pipeline_too(

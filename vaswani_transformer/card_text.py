@@ -6,6 +6,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
+
 from .extras import repository_url as _repository_url
 from .provenance import Corpus, Origin
 
@@ -81,6 +83,22 @@ def requirements(tokenizer_class: str) -> str:
             "`pip install torch transformers sacremoses` (the FSMT tokenizer's Moses steps need sacremoses)"
         )
     return "`pip install torch transformers`"
+
+
+# What the folder's own code imports beyond the standard library, by the name the package's metadata requires it
+# under: the model (torch, transformers) and handler.py's sentence splitting (sentencex, the serve extra).
+FOLDER_REQUIREMENTS = ("torch", "transformers", "sentencex")
+
+
+def folder_requirements(tokenizer_class: str) -> str:
+    """requirements.txt of a published folder (Inference Endpoints installs it for handler.py): the versions this
+    package requires of what the folder's code imports, and sacremoses for the FSMT tokenizer."""
+    wanted = [*FOLDER_REQUIREMENTS, *(["sacremoses"] if tokenizer_class == "FSMTTokenizer" else [])]
+    required: dict[str, str] = {}
+    for line in metadata.requires("vaswani_transformer") or []:
+        requirement = Requirement(line)
+        required.setdefault(requirement.name, f"{requirement.name}{requirement.specifier}")
+    return "".join(f"{required.get(name, name)}\n" for name in wanted)
 
 
 def decoding_limitation(settings: dict[str, Any], length_penalty_type: str) -> str:

@@ -18,6 +18,7 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from .card_text import (
     code_files_table,
     decoding_limitation,
+    folder_requirements,
     install_command,
     language_name,
     limitations,
@@ -27,9 +28,11 @@ from .card_text import (
 )
 from .claims import claimed_output
 from .data.tokenization import lowercases
+from .decoding.sentences import recorded_languages
 from .decoding.translate import translate
 from .engines.torch_engine import decoding_settings
 from .evaluation.loading import FSMT_TOKENIZER_FILES, load_for_decoding, tokenizer_files
+from .files.reading import read_json
 from .files.writing import folder_written_whole
 from .modeling.saving_vaswani_transformer import FOLDER_CODE, declare_pipeline
 from .provenance import ORIGIN_FILE, VASWANI_BIBTEX, Corpus, Origin, read_origin, training_corpus
@@ -51,6 +54,39 @@ OPTIONAL_FILES = (
     ORIGIN_FILE,
 )
 CARD_FILE = "README.md"
+REQUIREMENTS_FILE = "requirements.txt"  # what Inference Endpoints installs for the folder's handler.py
+
+
+@dataclass(frozen=True)
+class CardFacts:
+    """What `vaswani-push` is told of a folder that does not record it (a `Seq2SeqTrainer` fine-tune, any
+    `save_pretrained` folder): its language pair, its training dataset on the Hub, its licence, and the scores
+    file of its evaluation (`vaswani-evaluate`'s scores.json). Each given one fills the card; the pair is also
+    written into the published config.json (`langs`), so the published folder serves and splits sentences by it."""
+
+    source_lang: str | None = None
+    target_lang: str | None = None
+    dataset: str | None = None
+    license: str | None = None
+    scores: Path | None = None
+
+    @property
+    def languages(self) -> tuple[str, str] | None:
+        return (self.source_lang, self.target_lang) if self.source_lang and self.target_lang else None
+
+
+SCORE_KEYS = ("sacrebleu", "tokenized_bleu", "num_sentences")
+
+
+def read_scores(path: Path) -> dict[str, Any]:
+    """An evaluation's scores file (vaswani-evaluate's scores.json), checked to hold what the card reports."""
+    scores = read_json(path, "give a scores.json that vaswani-evaluate wrote")
+    if not isinstance(scores, dict) or not all(key in scores for key in SCORE_KEYS):
+        raise ValueError(
+            f"{path} is not an evaluation's scores (it needs {', '.join(SCORE_KEYS)}): give a scores.json that "
+            "vaswani-evaluate wrote."
+        )
+    return scores
 
 
 @dataclass
@@ -68,6 +104,7 @@ class TrainedModel:
     example: tuple[str, str]
     lowercase: bool  # the tokenizer lowercases its input
     origin: Origin | None  # the original of a converted model
+    languages: tuple[str, str] | None  # (source, target): as pushed, trained or converted
 
 
 def model_files(folder: Path) -> list[str]:
@@ -96,6 +133,7 @@ def check_model_folder(model_dir: str | Path) -> Path:
             "written by vaswani-train, or save the package's model with model.save_pretrained() and "
             "tokenizer.save_pretrained()."
         )
+    _check_auto_map(folder)
     if linked := [name for name in [*model_files(folder), *OPTIONAL_FILES] if _links_outside(folder, name)]:
         raise ValueError(
             f"{folder}: {', '.join(linked)} link to files outside the folder; the Hub folder takes only the model "
@@ -104,15 +142,34 @@ def check_model_folder(model_dir: str | Path) -> Path:
     return folder
 
 
+def _check_auto_map(folder: Path) -> None:
+    """Every class config.json's `auto_map` names is in a file the folder holds: without this package, the
+    published folder loads (trust_remote_code=True) from those files alone."""
+    config = read_json(folder / "config.json", "save the model again (save_pretrained)")
+    auto_map = config.get("auto_map") if isinstance(config, dict) else None
+    for auto_class, references in (auto_map or {}).items():
+        for reference in references if isinstance(references, list) else [references]:
+            module = str(reference).split("--")[-1].split(".")[0]  # "repo--module.Class" names another repo's
+            if reference is None or (folder / f"{module}.py").is_file():
+                continue
+            raise ValueError(
+                f"{folder / 'config.json'}: its auto_map names {auto_class}: {reference}, but the folder holds "
+                f"no {module}.py, so the published folder would not load with trust_remote_code=True. Save the "
+                "model again (save_pretrained writes the model's code and the auto_map naming it)."
+            )
+
+
 def _json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def read_trained_model(model_dir: str | Path) -> TrainedModel:
-    """Everything the model card reports, read from a saved model folder."""
+def read_trained_model(model_dir: str | Path, facts: CardFacts = CardFacts()) -> TrainedModel:
+    """Everything the model card reports, read from a saved model folder, with what `facts` add to it."""
     folder = check_model_folder(model_dir)
     model, tokenizer = load_for_decoding(folder, device="cpu")
     options = _json(folder / "train_options.json") or {}
+    origin = read_origin(folder)
+    languages = _recorded_pair(folder, facts, options, origin)
     source = (options.get("examples") or ["A man is reading a book."])[0]
     (translation,) = translate([source], model, tokenizer)
     return TrainedModel(
@@ -120,13 +177,33 @@ def read_trained_model(model_dir: str | Path) -> TrainedModel:
         config=model.config,
         decoding=decoding_settings(model),
         options=options,
-        scores=_json(folder / "scores.json"),
+        scores=read_scores(facts.scores) if facts.scores is not None else _json(folder / "scores.json"),
         run=_json(folder / "training_run.json") or {},
         num_parameters=model.num_parameters(),
         example=(source, translation),
         lowercase=lowercases(tokenizer),
-        origin=read_origin(folder),
+        origin=origin,
+        languages=languages,
     )
+
+
+def _recorded_pair(
+    folder: Path, facts: CardFacts, options: dict[str, Any], origin: Origin | None
+) -> tuple[str, str] | None:
+    """The language pair the card states: the one the push is told, else the folder's (its training options, its
+    original's, its config's `langs`); a ValueError where the push is told another pair than the folder records."""
+    if options.get("source_lang"):
+        recorded = (options["source_lang"], options["target_lang"])
+    elif origin is not None and origin.languages:
+        recorded = tuple(origin.languages)
+    else:
+        recorded = recorded_languages(folder)
+    if facts.languages and recorded and tuple(recorded) != facts.languages:
+        raise ValueError(
+            f"--source_lang {facts.source_lang} --target_lang {facts.target_lang}, but {folder} records the pair "
+            f"{recorded[0]}→{recorded[1]}: leave the flags out, or push the folder of the model they describe."
+        )
+    return facts.languages or (tuple(recorded) if recorded else None)
 
 
 def _eval_results(trained: TrainedModel, dataset_id: str | None, dataset_name: str) -> list[EvalResult]:
@@ -217,12 +294,19 @@ def _tokenizer_class(folder: Path) -> str:
     return "FSMTTokenizer" if tokenizer_files(folder) == FSMT_TOKENIZER_FILES else "PreTrainedTokenizerFast"
 
 
-def _final_model_text(options: dict[str, Any]) -> str:
-    if options["final_model"] == "average":
-        return f"the average of the last {options['average_last']} checkpoints (§6.1)"
-    if options["final_model"] == "best":
-        return "the checkpoint with the best dev BLEU"
-    return "the weights after the last step"
+def _final_model_text(options: dict[str, Any], run: dict[str, Any]) -> str:
+    """What the final weights are, as the run recorded making them (training_run.json's `final_weights`: an
+    average of fewer checkpoints than --average_last asked, where the run saved fewer); without that record,
+    what the options asked for."""
+    made = run.get("final_weights") or {"made_by": options["final_model"]}
+    checkpoints = made.get("checkpoints", [])
+    if made["made_by"] == "average":
+        count = len(checkpoints) or options["average_last"]
+        names = f": {', '.join(checkpoints)}" if checkpoints else ""
+        return f"the average of the last {count} checkpoints (§6.1{names})"
+    if made["made_by"] == "best":
+        return "the checkpoint with the best dev BLEU" + (f" ({checkpoints[0]})" if checkpoints else "")
+    return "the weights after the last step" + (f" (step {made['step']:,})" if "step" in made else "")
 
 
 def _test_set_name(trained: TrainedModel) -> str:
@@ -247,7 +331,7 @@ def _training_text(trained: TrainedModel, description: str) -> str:
         f"- Recipe `{options.get('recipe') or 'custom'}`: {_length_text(options)} of batches of about "
         f"{options['max_tokens']:,} source + {options['max_tokens']:,} target tokens per process, warm-up "
         f"{options['warmup_steps']:,} steps, learning rate {options['lr_scale']:g} × eq. (3) of the paper, "
-        f"label smoothing 0.1; final model: {_final_model_text(options)}.",
+        f"label smoothing 0.1; final model: {_final_model_text(options, trained.run)}.",
     ]
     if run:
         lines.append(
@@ -291,19 +375,18 @@ def _precision_text(run: dict[str, Any]) -> str:
 
 
 def _languages(trained: TrainedModel) -> list[str] | None:
-    """The model's (source, target) languages, as its training options or its original record them."""
-    if trained.options.get("source_lang"):
-        return [trained.options["source_lang"], trained.options["target_lang"]]
-    return trained.origin.languages if trained.origin and trained.origin.languages else None
+    """The model's (source, target) languages, as the push is told or its folder records them."""
+    return list(trained.languages) if trained.languages else None
 
 
-def _card_data(trained: TrainedModel, corpus: Corpus, repo_id: str) -> ModelCardData:
-    """The card's metadata. A converted model keeps its original's licence (none where the original's card
-    states none) and names it as `base_model`; a model trained here is under the package's apache-2.0."""
+def _card_data(trained: TrainedModel, corpus: Corpus, repo_id: str, license_id: str | None) -> ModelCardData:
+    """The card's metadata. The `license_id` a push is told wins; otherwise a converted model keeps its original's
+    licence (none where the original's card states none) and names it as `base_model`, and a model trained here
+    is under the package's apache-2.0."""
     origin = trained.origin
     return ModelCardData(
         language=_languages(trained),
-        license=origin.license if origin else "apache-2.0",
+        license=license_id or (origin.license if origin else "apache-2.0"),
         library_name="transformers",
         # no pipeline_tag: "translation" would point the Hub's widget at a pipeline transformers 5 no longer has
         tags=["translation", "vaswani_transformer", "custom_code"],
@@ -315,16 +398,16 @@ def _card_data(trained: TrainedModel, corpus: Corpus, repo_id: str) -> ModelCard
     )
 
 
-def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
-    """The model card of a trained or converted folder: metadata (languages, licence, datasets, base model,
-    model-index) and text."""
-    trained = read_trained_model(model_dir)
+def build_model_card(model_dir: str | Path, repo_id: str, facts: CardFacts = CardFacts()) -> ModelCard:
+    """The model card of a trained or converted folder, with what `facts` tell of it: metadata (languages,
+    licence, datasets, base model, model-index) and text."""
+    trained = read_trained_model(model_dir, facts)
     options, config = trained.options, trained.config
-    corpus = training_corpus(options)
+    corpus = pushed_corpus(facts.dataset) if facts.dataset else training_corpus(options)
     languages = _languages(trained)
     template = resources.files("vaswani_transformer").joinpath("model_card.md").read_text(encoding="utf-8")
     return ModelCard.from_template(
-        _card_data(trained, corpus, repo_id),
+        _card_data(trained, corpus, repo_id, facts.license),
         template_str=template,
         repo_id=repo_id,
         language_pair=(
@@ -368,8 +451,23 @@ def build_model_card(model_dir: str | Path, repo_id: str) -> ModelCard:
     )
 
 
+def pushed_corpus(dataset: str) -> Corpus:
+    """The training data a push names: a Hub dataset id."""
+    return Corpus(
+        dataset,
+        f"the Hub dataset [{dataset}](https://huggingface.co/datasets/{dataset})",
+        f"the text of {dataset}",
+        f"Training data: [{dataset}](https://huggingface.co/datasets/{dataset}); see its card for its licence and "
+        "citation.",
+    )
+
+
 def write_hub_folder(
-    model_dir: str | Path, local_dir: str | Path, repo_id: str, choose: str = "--local_dir"
+    model_dir: str | Path,
+    local_dir: str | Path,
+    repo_id: str,
+    choose: str = "--local_dir",
+    facts: CardFacts = CardFacts(),
 ) -> list[Path]:
     """Write into `local_dir` (new or empty) exactly the files `push_to_hub` uploads; returns them.
 
@@ -379,26 +477,41 @@ def write_hub_folder(
     free space there and `choose`."""
     destination = Path(local_dir)
     with claimed_output(destination, choose):
-        _write_hub_files(check_model_folder(model_dir), destination, repo_id, choose)
+        _write_hub_files(check_model_folder(model_dir), destination, repo_id, choose, facts)
     return sorted(destination.iterdir())
 
 
-def _write_hub_files(source: Path, destination: Path, repo_id: str, choose: str) -> None:
+def _write_hub_files(
+    source: Path, destination: Path, repo_id: str, choose: str, facts: CardFacts = CardFacts()
+) -> None:
     if destination.exists() and any(destination.iterdir()):
         raise FileExistsError(f"{destination} is not empty: give a new or empty folder for the Hub files.")
-    card = build_model_card(source, repo_id)  # before any file is written: fails on an unreadable folder
+    card = build_model_card(source, repo_id, facts)  # before any file is written: fails on an unreadable folder
     with folder_written_whole(destination, choose) as staging:
-        _fill_hub_folder(source, staging, card)
+        _fill_hub_folder(source, staging, card, facts)
 
 
-def _fill_hub_folder(source: Path, folder: Path, card: ModelCard) -> None:
-    """The model's files, the pipeline's code, the config naming it, and the card."""
+def _fill_hub_folder(source: Path, folder: Path, card: ModelCard, facts: CardFacts) -> None:
+    """The model's files, the pipeline's code, the config naming it (and the pair the push is told), the scores
+    the push is told, and the card."""
     # copyfile, not copy2: new files with the user's usual permissions (safetensors writes weights 0600)
     for name in [*model_files(source), *OPTIONAL_FILES]:
         if (source / name).is_file():
             shutil.copyfile(source / name, folder / name)
+    if facts.scores is not None:
+        shutil.copyfile(facts.scores, folder / "scores.json")
     declare_pipeline(folder / "config.json")  # the pipeline the folder holds, copied above
+    if facts.languages:
+        record_languages(folder / "config.json", facts.languages)
+    (folder / REQUIREMENTS_FILE).write_text(folder_requirements(_tokenizer_class(source)), encoding="utf-8")
     card.save(folder / CARD_FILE)
+
+
+def record_languages(config_file: Path, languages: tuple[str, str]) -> None:
+    """The pair in config.json's `langs` (as converted models record it: `decoding.sentences.recorded_languages`
+    reads it), for a folder that records it nowhere else."""
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config_file.write_text(json.dumps({**config, "langs": list(languages)}, indent=2) + "\n", encoding="utf-8")
 
 
 def push_to_hub(
@@ -409,6 +522,7 @@ def push_to_hub(
     revision: str | None = None,
     commit_message: str | None = None,
     token: str | None = None,
+    facts: CardFacts = CardFacts(),
 ) -> str:
     """Create (or reuse) the Hub repo and upload the model folder in one commit; returns the commit's URL.
 
@@ -416,7 +530,7 @@ def push_to_hub(
     """
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="vaswani-hub-") as staging:
-        _write_hub_files(check_model_folder(model_dir), Path(staging), repo_id, "TMPDIR")
+        _write_hub_files(check_model_folder(model_dir), Path(staging), repo_id, "TMPDIR", facts)
         api.create_repo(repo_id, private=private, exist_ok=True)
         if revision is not None:
             api.create_branch(repo_id, branch=revision, exist_ok=True)

@@ -26,6 +26,8 @@ handler = handler_module.EndpointHandler(path=folder)
 results = {
     "list": handler({"inputs": json.loads(sys.argv[2]), "parameters": {"num_beams": 1, "max_new_tokens": 12}}),
     "text": handler({"inputs": json.loads(sys.argv[2])[0]}),
+    "split": handler({"inputs": "  ".join(json.loads(sys.argv[2])), "parameters": {
+        "num_beams": 1, "max_new_tokens": 12, "split_sentences": "en"}}),
 }
 try:
     handler({"inputs": 3})
@@ -54,4 +56,6 @@ def test_the_endpoint_handler_of_a_saved_folder_translates_as_translate_does(
     assert results["list"] == [{"translation_text": text} for text in greedy]
     beam = translate(SENTENCES[0], model, tokenizer, dtype=torch.float32)
     assert results["text"] == [{"translation_text": beam}]
+    # a paragraph sentence by sentence, joined with its spacing, as translate(split_sentences=...) does
+    assert results["split"] == [{"translation_text": "  ".join(greedy)}]
     assert results["refused"] == '"inputs" must be a text or a list of texts.'

@@ -61,3 +61,19 @@ def test_a_model_that_records_no_language_asks_for_one(loaded) -> None:
     assert translate(SENTENCES[0], model, loaded[1], split_sentences="en", **DECODING) == translate(
         SENTENCES[0], model, loaded[1], **DECODING
     )
+
+
+def test_the_folders_pipeline_splits_as_translate_does(recorded_folder: Path, loaded) -> None:
+    """The pipeline and handler.py, which a published folder serves with, had no splitting: paragraphs came out
+    run-on."""
+    from transformers import pipeline
+
+    translator = pipeline("vaswani-translation", model=str(recorded_folder), device="cpu")
+    paragraph = f"{SENTENCES[0]}  {SENTENCES[1]}\n{SENTENCES[2]} "
+    options = {**{key: value for key, value in DECODING.items() if key != "dtype"}, "decoding_dtype": torch.float32}
+    expected = translate([paragraph, SENTENCES[0]], *loaded, split_sentences=True, **DECODING)
+    split = translator([paragraph, SENTENCES[0]], split_sentences=True, **options)
+    assert [result["translation_text"] for result in split] == expected
+    assert translator(paragraph, split_sentences="en", **options) == [{"translation_text": expected[0]}]
+    with pytest.raises(ValueError, match="one translation text per input"):
+        translator(paragraph, split_sentences=True, num_return_sequences=2, num_beams=2)

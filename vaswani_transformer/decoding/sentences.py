@@ -8,12 +8,9 @@ alike. sentencex (the serve extra) is imported only when splitting is asked for.
 
 import importlib
 import importlib.util
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from transformers.utils import cached_file
 
 from ..extras import install_command
 
@@ -43,17 +40,12 @@ def _segment(language: str, text: str) -> list[str]:
 def split_sentences(text: str, language: str) -> list[Sentence]:
     """The sentences of `text` in `language` (an ISO 639 code; sentencex falls back to a related language's rules
     for one it does not know), each with the white space around it, so that `join_sentences` of their own texts
-    gives `text` back exactly. Blank text is at most one sentence with no words, which translates to nothing."""
-    pieces = [piece for piece in _segment(language, text) if piece] if text.strip() else []
-    # a splitter that dropped characters: keep the paragraph whole rather than lose them
-    if "".join(pieces) != text:
-        pieces = [text]
-    sentences = []
-    for piece in pieces:
-        stripped = piece.strip()
-        start = piece.find(stripped) if stripped else len(piece)
-        sentences.append(Sentence(stripped, piece[:start], piece[start + len(stripped) :]))
-    return sentences
+    gives `text` back exactly (`sentence_pieces`, which the folder's pipeline splits with too). Blank text is at
+    most one sentence with no words, which translates to nothing."""
+    from ..modeling.pipeline_vaswani_transformer import sentence_pieces  # torch: not for --help
+
+    pieces = sentence_pieces(text, lambda paragraph: _segment(language, paragraph))
+    return [Sentence(sentence, before, after) for before, sentence, after in pieces]
 
 
 def join_sentences(sentences: Sequence[Sentence], translations: Sequence[str]) -> str:
@@ -74,29 +66,11 @@ def translate_by_sentences(
     return [join_sentences(sentences, [next(translated) for _ in sentences]) for sentences in paragraphs]
 
 
-def _read(model: str | Path, name: str) -> dict:
-    """The JSON object of one of the model's files; {} where it has none (or the name is no model at all: loading
-    it says why)."""
-    try:
-        where = cached_file(str(model), name, _raise_exceptions_for_missing_entries=False)
-        if where is None:
-            return {}
-        content = json.loads(Path(where).read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # ValueError: not UTF-8, not JSON, or not a Hub id
-        return {}
-    return content if isinstance(content, dict) else {}
-
-
 def recorded_languages(model: str | Path) -> tuple[str, str] | None:
-    """(source, target) as the model's folder or Hub repo records them: what `vaswani-train` recorded
-    (train_options.json), or a converted fairseq/FSMT model's `langs` (config.json); None where it does not."""
-    options = _read(model, "train_options.json")
-    if isinstance(options.get("source_lang"), str) and isinstance(options.get("target_lang"), str):
-        return options["source_lang"], options["target_lang"]
-    langs = _read(model, "config.json").get("langs")
-    if isinstance(langs, list) and len(langs) == 2 and all(isinstance(code, str) for code in langs):
-        return langs[0], langs[1]
-    return None
+    """(source, target) as the model's folder or Hub repo records them (the folder's pipeline reads them alike)."""
+    from ..modeling.pipeline_vaswani_transformer import recorded_languages as recorded  # torch: not for --help
+
+    return recorded(model)
 
 
 def splitting_language(split: bool | str, model_name: str | Path) -> str:

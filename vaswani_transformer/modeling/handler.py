@@ -3,8 +3,10 @@
 Inference Endpoints (a "Custom" endpoint on the model repository) builds `EndpointHandler(path)` once and calls it
 with each request's JSON: `{"inputs": "I love you." or a list of texts, "parameters": {"num_beams": 4, ...}}`.
 It answers `[{"translation_text": ...}]`, one per input, from the folder's `vaswani-translation` pipeline (the
-model's beam search and length penalty, §6.1, unless the parameters say otherwise). It needs only torch and
-transformers: the pipeline and the model come from the folder's own code (trust_remote_code).
+model's beam search and length penalty, §6.1, unless the parameters say otherwise; `"split_sentences": true`
+translates a paragraph sentence by sentence). It needs torch and transformers, and sentencex for splitting: the
+folder's requirements.txt names them, and the pipeline and the model come from the folder's own code
+(trust_remote_code).
 """
 
 from typing import Any
@@ -24,7 +26,8 @@ class EndpointHandler:
 
     def __call__(self, data: dict[str, Any]) -> list[dict[str, str]]:
         """`data["inputs"]`: a text or a list of texts; `data["parameters"]`: generate() keywords (num_beams,
-        length_penalty, max_new_tokens, ...). A ValueError names a request of another shape."""
+        length_penalty, max_new_tokens, ...) and `split_sentences` (true, or a language code). A ValueError names a
+        request of another shape."""
         inputs, parameters = data.get("inputs"), data.get("parameters") or {}
         texts = [inputs] if isinstance(inputs, str) else inputs
         if not isinstance(texts, list) or not all(isinstance(text, str) for text in texts):

@@ -7,14 +7,20 @@ and transformers are installed; the package registers its subclass for the task 
 (`vaswani_transformer.decoding.pipeline`), which adds CUDA graphs, language checks and the package's precision rule.
 """
 
+import importlib
+import json
 import types
-from collections.abc import Iterable, Mapping, Sized
+from collections.abc import Callable, Iterable, Mapping, Sized
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import Pipeline
+from transformers.utils import cached_file
 
 from .configuration_vaswani_transformer import PIPELINE_TASK
+
+Piece = tuple[str, str, str]  # a sentence of a paragraph: (white space before it, its text, white space after it)
 
 # generate()'s counts that must be at least one, and lengths that must not be negative
 AT_LEAST_ONE = ("num_beams", "num_return_sequences")
@@ -52,6 +58,70 @@ def default_decoding_dtype(weights: torch.dtype, device: torch.device) -> torch.
     return torch.bfloat16 if weights == torch.float32 and bf16_gpu else weights
 
 
+def sentence_pieces(text: str, segment: Callable[[str], Iterable[str]]) -> list[Piece]:
+    """The sentences of `text`, as `segment` (sentencex's, for a language) cuts it, each with the white space
+    around it, so that joining them gives `text` back exactly (docs/decisions/sentence-splitting.md). A blank text
+    is one piece with no words; a splitter that dropped characters leaves the paragraph whole.
+
+    Args:
+        text: a paragraph.
+        segment: the splitter, text in, pieces out.
+
+    Returns:
+        `(before, sentence, after)` for each sentence, in order.
+    """
+    pieces = [piece for piece in segment(text) if piece] if text.strip() else []
+    if "".join(pieces) != text:
+        pieces = [text]
+    result = []
+    for piece in pieces:
+        stripped = piece.strip()
+        start = piece.find(stripped) if stripped else len(piece)
+        result.append((piece[:start], stripped, piece[start + len(stripped) :]))
+    return result
+
+
+def sentencex_segment(language: str) -> Callable[[str], Iterable[str]]:
+    """sentencex's splitter for `language` (an ISO 639 code), or a ValueError saying how to install it."""
+    try:
+        sentencex = importlib.import_module("sentencex")
+    except ImportError:
+        raise ValueError("Splitting sentences needs sentencex: pip install sentencex.") from None
+    return lambda text: sentencex.segment(language, text)
+
+
+def _read(model: str | Path, name: str) -> dict:
+    """The JSON object of one of the model's files; {} where it has none (or the name is no model at all: loading
+    it says why)."""
+    try:
+        where = cached_file(str(model), name, _raise_exceptions_for_missing_entries=False)
+        if where is None:
+            return {}
+        content = json.loads(Path(where).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # ValueError: not UTF-8, not JSON, or not a Hub id
+        return {}
+    return content if isinstance(content, dict) else {}
+
+
+def recorded_languages(model: str | Path) -> tuple[str, str] | None:
+    """(source, target) as the model's folder or Hub repo records them: what `vaswani-train` recorded
+    (train_options.json), or a converted or pushed model's `langs` (config.json); None where it does not.
+
+    Args:
+        model: a model folder or Hub id.
+
+    Returns:
+        The language codes, or None.
+    """
+    options = _read(model, "train_options.json")
+    if isinstance(options.get("source_lang"), str) and isinstance(options.get("target_lang"), str):
+        return options["source_lang"], options["target_lang"]
+    langs = _read(model, "config.json").get("langs")
+    if isinstance(langs, list) and len(langs) == 2 and all(isinstance(code, str) for code in langs):
+        return langs[0], langs[1]
+    return None
+
+
 def as_pipeline_inputs(inputs: Any) -> Any:
     """`inputs` as transformers' pipelines take them: a string, a list, a generator or a torch Dataset (such as
     `KeyDataset`) as it is; any other sized iterable of strings (a datasets `Column`, a tuple) as a list; any
@@ -81,6 +151,8 @@ class VaswaniTranslationPipeline(Pipeline):
     `batch_size=` batches them. A blank sentence gives an empty translation. transformers 4's options work too:
     `return_tensors=True` (the token ids, as "translation_token_ids"), `return_text`,
     `clean_up_tokenization_spaces`, `truncation=True` (sources cut to the model's positions).
+    `split_sentences=True` (or a language code) translates each text sentence by sentence and joins the
+    translations with the text's own spacing, as the package's `translate()` does (sentencex).
     """
 
     _load_processor = False
@@ -226,13 +298,36 @@ class VaswaniTranslationPipeline(Pipeline):
         Args:
             inputs: a sentence, a list or tuple of them, a generator or a dataset.
             **kwargs: `generate()`'s options for this call (`num_beams=1`, ...), `decoding_dtype`, `batch_size`,
-                `truncation`, `return_text`, `return_tensors`.
+                `truncation`, `return_text`, `return_tensors`, `split_sentences` (True: by the source language
+                the model's folder records; or a language code).
 
         Returns:
             The translations, shaped as described above.
         """
+        if split := kwargs.pop("split_sentences", False):
+            return self._by_sentences(inputs, split, kwargs)
         inputs = as_pipeline_inputs(inputs)
         if isinstance(inputs, Sized) and not isinstance(inputs, str) and len(inputs) == 0:
             return []  # transformers' own call reads the first item to look for chat messages
         results = super().__call__(inputs, **kwargs)
         return [results] if isinstance(inputs, str) and isinstance(results, dict) else results
+
+    def _by_sentences(self, inputs: Any, split: bool | str, kwargs: dict[str, Any]) -> list[dict[str, str]]:
+        """`split_sentences`: every text's sentences translated in one call, each text's translations joined back
+        with its own spacing; one result per text."""
+        texts = [inputs] if isinstance(inputs, str) else inputs
+        if not isinstance(texts, list | tuple) or not all(isinstance(text, str) for text in texts):
+            raise ValueError("split_sentences translates a text or a list of texts.")
+        if kwargs.get("num_return_sequences", 1) != 1 or kwargs.get("return_tensors"):
+            raise ValueError("split_sentences gives one translation text per input: leave out num_return_sequences.")
+        language = split if isinstance(split, str) else (recorded_languages(self.model.name_or_path) or ("",))[0]
+        if not language:
+            raise ValueError("The model does not record its source language: name it, split_sentences='en'.")
+        segment = sentencex_segment(language)
+        paragraphs = [sentence_pieces(text, segment) for text in texts]
+        sentences = [sentence for pieces in paragraphs for _, sentence, _ in pieces]
+        translated = iter(super().__call__(sentences, **kwargs) if sentences else [])
+        return [
+            {"translation_text": "".join(f"{before}{next(translated)['translation_text']}{after}" for before, _, after in pieces)}
+            for pieces in paragraphs
+        ]

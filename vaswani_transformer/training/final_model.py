@@ -32,21 +32,26 @@ logger = logging.getLogger(__name__)
 SANITY_SAMPLE = 100  # training sources decoded to check the final model when there is no dev set
 
 
-def build_final_model(options: TrainOptions, trainer: TokenBudgetSeq2SeqTrainer, folder: Path) -> None:
+def build_final_model(
+    options: TrainOptions, trainer: TokenBudgetSeq2SeqTrainer, folder: Path
+) -> dict[str, Any]:
     """Write the final model's weights into `folder`: the average of the last checkpoints (§6.1), the best dev
-    checkpoint, or the last weights."""
+    checkpoint, or the last weights. Returns what they are, as training_run.json records it (`final_weights`):
+    the way they were made and the checkpoints they came from, which may be fewer than asked."""
     checkpoints = whole_checkpoints(options.output_dir)[0]
     best = trainer.state.best_model_checkpoint
     if options.final_model == "best" and best is not None:
         logger.info(f"final model: {best} (best greedy dev BLEU {trainer.state.best_metric:.2f})")
         write_average([Path(best)], folder)
-    elif options.final_model == "average" and options.average_last > 1 and len(checkpoints) >= 2:
+        return {"made_by": "best", "checkpoints": [Path(best).name]}
+    if options.final_model == "average" and options.average_last > 1 and len(checkpoints) >= 2:
         chosen = checkpoints[-options.average_last :]
         logger.info(f"final model: average of {', '.join(path.name for path in chosen)}")
         write_average(chosen, folder)
-    else:
-        logger.info(f"final model: the weights after step {trainer.state.global_step}")
-        trainer.save_model(str(folder))
+        return {"made_by": "average", "checkpoints": [path.name for path in chosen]}
+    logger.info(f"final model: the weights after step {trainer.state.global_step}")
+    trainer.save_model(str(folder))
+    return {"made_by": "last", "step": trainer.state.global_step}
 
 
 def write_final_model(
@@ -61,11 +66,14 @@ def write_final_model(
     A full disk or read-only folder is a WriteError naming the folder (nothing of the new model is left)."""
     final_dir = options.output_dir / "final"
     with folder_written_whole(final_dir, "--output_dir") as building:
-        build_final_model(options, trainer, building)
+        final_weights = build_final_model(options, trainer, building)
         tokenizer.save_pretrained(building)
         write_options(options, building)
         keep_decoding_settings(options, building)
         record(building)
+        run_file = building / "training_run.json"
+        run = json.loads(run_file.read_text(encoding="utf-8")) if run_file.is_file() else {}
+        write_text_atomically(run_file, json.dumps({**run, "final_weights": final_weights}, indent=2) + "\n")
         if final_dir.is_dir():
             drop_scores(final_dir)  # last, once everything new is written
     return final_dir
