@@ -414,7 +414,15 @@ CASES: dict[str, Case] = {
     ),
     "evaluate references a pipe": Case(
         "evaluate",
-        lambda ws: [ws.model, "--source", sources(ws), "--references", str(ws.root / "pipe.de"), "--name", "x"],
+        lambda ws: [
+            ws.model,
+            "--source",
+            sources(ws),
+            "--references",
+            str(ws.root / "pipe.de"),
+            "--name",
+            "x",
+        ],
         "pipe.de is not a regular file (a pipe or a device, such as the shell's <(...)): write it to a file first",
         setup=lambda ws: os.mkfifo(ws.root / "pipe.de"),
     ),
@@ -1259,6 +1267,13 @@ def pushed(ws: Workspace) -> list[str]:
     return [ws.model, "--repo_id", "tester/x", "--local_dir", ws.new]
 
 
+def evaluation_folder(ws: Workspace) -> Path:
+    """Where vaswani-evaluate writes by default (beside the model), made here."""
+    folder = ws.root / "model-evaluation"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 def tokenizer_edited(change: Callable[[dict[str, Any]], None]) -> Callable[[Workspace], None]:
     """The model's tokenizer.json with `change` made to its JSON."""
 
@@ -1279,12 +1294,15 @@ def swap_two_words(tokenizer: dict[str, Any]) -> None:
 
 
 def lowercasing(tokenizer: dict[str, Any]) -> None:
-    tokenizer["normalizer"] = {"type": "Sequence", "normalizers": [tokenizer["normalizer"], {"type": "Lowercase"}]}
+    tokenizer["normalizer"] = {
+        "type": "Sequence",
+        "normalizers": [tokenizer["normalizer"], {"type": "Lowercase"}],
+    }
 
 
 def header_claims_huge_tensor(ws: Workspace) -> None:
     """model.safetensors whose header says one tensor is 100 GB, its bytes unchanged."""
-    path = model_weights(ws)
+    path = Path(model_weights(ws))
     data = path.read_bytes()
     size = int.from_bytes(data[:8], "little")
     header = json.loads(data[8 : 8 + size])
@@ -1297,8 +1315,8 @@ def header_claims_huge_tensor(ws: Workspace) -> None:
 
 
 def weights_made_a_folder(ws: Workspace) -> None:
-    model_weights(ws).unlink()
-    model_weights(ws).mkdir()
+    Path(model_weights(ws)).unlink()
+    Path(model_weights(ws)).mkdir()
 
 
 def fsmt_file_written(name: str, content: bytes) -> Callable[[Workspace], None]:
@@ -1699,13 +1717,13 @@ WRITERS_CASES: dict[str, Case] = {
         "evaluate",
         evaluate_with("--name", "x"),
         "is being written by another process (PID",
-        setup=claim_held(lambda ws: Path(ws.model) / "x_scores.json"),
+        setup=claim_held(lambda ws: evaluation_folder(ws) / "x_scores.json"),
     ),
     "evaluate --overwrite while another evaluation runs": Case(
         "evaluate",
         evaluate_with("--overwrite"),
         "is being written by another process (PID",
-        setup=claim_held(lambda ws: Path(ws.model) / "scores.json"),
+        setup=claim_held(lambda ws: evaluation_folder(ws) / "scores.json"),
     ),
     "export while another export into the folder runs": Case(
         "export",

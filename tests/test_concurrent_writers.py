@@ -189,7 +189,9 @@ def test_two_evaluations_of_one_name_at_once_keep_one_whole_result(model: Path, 
     winner = one_wins(greedy, beam, earlier="holds an earlier evaluation's scores")
     scores = json.loads((evaluation_of(model) / "conc_scores.json").read_text())
     assert scores["decoding"]["num_beams"] == (1 if winner is greedy else 2)
-    assert not [path for path in evaluation_of(model).iterdir() if path.name.startswith(".")]  # no lock, no temporary
+    assert not [
+        path for path in evaluation_of(model).iterdir() if path.name.startswith(".")
+    ]  # no lock, no temporary
 
 
 @pytest.mark.slow  # three CTranslate2 exports

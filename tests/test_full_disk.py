@@ -182,9 +182,7 @@ def test_scores_that_do_not_fit_replace_neither_file(trained_run, tmp_path: Path
     done = run_command("evaluate", arguments, tmp_path, file_limit=1024)  # both files are bigger
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     (line,) = error_lines(done.stderr)
-    assert line.startswith(
-        f"error: file size limit exceeded while writing {evaluation / 'x_scores.json'} ("
-    )
+    assert line.startswith(f"error: file size limit exceeded while writing {evaluation / 'x_scores.json'} (")
     assert line.endswith("free space or choose another --output_dir")
     assert contents(evaluation) == before and partials(tmp_path) == []
 

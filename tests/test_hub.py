@@ -87,6 +87,12 @@ def test_model_card_is_filled_from_config_options_and_scores(trained_run) -> Non
     assert "beam 2" in text  # the decoding actually used for the scores (--num_beams 2), not the default
     assert "CC-BY 2.0" in text and "tatoeba.org" in text  # data credit
     assert run["hardware"] in text and f"{run['steps']:,} steps" in text
+    # what was averaged, not the --average_last 5 asked for: the miniature saved three checkpoints
+    assert run["final_weights"] == {
+        "made_by": "average",
+        "checkpoints": ["checkpoint-20", "checkpoint-40", "checkpoint-60"],
+    }
+    assert "the average of the last 3 checkpoints (§6.1: checkpoint-20, checkpoint-40, checkpoint-60)" in text
     assert f"{run['mixed_precision']} ({run['mixed_precision_chosen_by']})" in text  # the precision, and why
     assert 'AutoModelForSeq2SeqLM.from_pretrained("tester/tatoeba-mini", trust_remote_code=True)' in text
 
@@ -349,7 +355,9 @@ def test_card_of_a_stock_trainer_fine_tune_claims_only_what_its_folder_records(
     assert "Adam(0.9, 0.98, 1e-9)" not in card and "label smoothing 0.1" not in card
 
 
-def test_push_flags_make_a_trainer_fine_tune_a_first_class_folder(trained_run, tmp_path: Path, capsys) -> None:
+def test_push_flags_make_a_trainer_fine_tune_a_first_class_folder(
+    trained_run, tmp_path: Path, capsys
+) -> None:
     """A Seq2SeqTrainer folder records no pair, data, licence or score: vaswani-push is told them, the card states
     them, and the published folder records its pair, so it serves and splits sentences without flags."""
     from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
@@ -376,7 +384,9 @@ def test_push_flags_make_a_trainer_fine_tune_a_first_class_folder(trained_run, t
     assert json.loads((local / "scores.json").read_text()) == json.loads(scores.read_text())
     verify_model_folder(local)  # the pair in config.json changes nothing the weights compute
     with pytest.raises(SystemExit):
-        push.main([str(folder), "--repo_id", "tester/x", "--local_dir", str(tmp_path / "x"), "--source_lang", "en"])
+        push.main(
+            [str(folder), "--repo_id", "tester/x", "--local_dir", str(tmp_path / "x"), "--source_lang", "en"]
+        )
     assert "give --source_lang and --target_lang together" in capsys.readouterr().err
     told_otherwise = ["--source_lang", "fr", "--target_lang", "en", "--local_dir", str(tmp_path / "y")]
     assert push.main([str(trained_run.model_dir), "--repo_id", "tester/x", *told_otherwise]) == 2

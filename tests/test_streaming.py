@@ -354,7 +354,9 @@ def test_output_onto_its_own_input_is_refused_before_anything_is_translated(
     (tmp_path / "in.en").write_text("I love you.\nWhere is the station?\n", encoding="utf-8")
     before = (tmp_path / "in.en").read_bytes()
     argument = "" if redirect.startswith("<") else "in.en"
-    translate = f"{console('vaswani-translate')} {trained_run.model_dir} --num_beams 1 --device cpu {argument}"
+    translate = (
+        f"{console('vaswani-translate')} {trained_run.model_dir} --num_beams 1 --device cpu {argument}"
+    )
     completed = subprocess.run(
         ["bash", "-c", f"{translate} {redirect} in.en"],
         cwd=tmp_path, env=ENV, timeout=WAIT, capture_output=True, text=True,

@@ -486,7 +486,9 @@ def _write_hub_files(
 ) -> None:
     if destination.exists() and any(destination.iterdir()):
         raise FileExistsError(f"{destination} is not empty: give a new or empty folder for the Hub files.")
-    card = build_model_card(source, repo_id, facts)  # before any file is written: fails on an unreadable folder
+    card = build_model_card(
+        source, repo_id, facts
+    )  # before any file is written: fails on an unreadable folder
     with folder_written_whole(destination, choose) as staging:
         _fill_hub_folder(source, staging, card, facts)
 
@@ -511,7 +513,9 @@ def record_languages(config_file: Path, languages: tuple[str, str]) -> None:
     """The pair in config.json's `langs` (as converted models record it: `decoding.sentences.recorded_languages`
     reads it), for a folder that records it nowhere else."""
     config = json.loads(config_file.read_text(encoding="utf-8"))
-    config_file.write_text(json.dumps({**config, "langs": list(languages)}, indent=2) + "\n", encoding="utf-8")
+    config_file.write_text(
+        json.dumps({**config, "langs": list(languages)}, indent=2) + "\n", encoding="utf-8"
+    )
 
 
 def push_to_hub(

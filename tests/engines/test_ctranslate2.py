@@ -110,6 +110,7 @@ def test_export_writes_the_models_decoding_and_refuses_to_overwrite(trained_run,
         "beam_size": model.generation_config.num_beams,
         "length_penalty": model.generation_config.length_penalty,
         "max_length_offset": model.config.max_length_offset,
+        "max_positions": 1024,  # the export's position rows, which bound the sources it translates whole
         "min_decoding_length": 0,
     }
     assert len(CTranslate2Translator(folder).translate(SENTENCES[:2])) == 2  # int8 weights load and decode

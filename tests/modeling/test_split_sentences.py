@@ -70,7 +70,10 @@ def test_the_folders_pipeline_splits_as_translate_does(recorded_folder: Path, lo
 
     translator = pipeline("vaswani-translation", model=str(recorded_folder), device="cpu")
     paragraph = f"{SENTENCES[0]}  {SENTENCES[1]}\n{SENTENCES[2]} "
-    options = {**{key: value for key, value in DECODING.items() if key != "dtype"}, "decoding_dtype": torch.float32}
+    options = {
+        **{key: value for key, value in DECODING.items() if key != "dtype"},
+        "decoding_dtype": torch.float32,
+    }
     expected = translate([paragraph, SENTENCES[0]], *loaded, split_sentences=True, **DECODING)
     split = translator([paragraph, SENTENCES[0]], split_sentences=True, **options)
     assert [result["translation_text"] for result in split] == expected

@@ -60,7 +60,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     card.add_argument("--source_lang", "--source-lang", help="the model's source language code, e.g. en")
     card.add_argument("--target_lang", "--target-lang", help="the model's target language code, e.g. de")
     card.add_argument("--dataset", help="its training data: a Hub dataset id, e.g. Helsinki-NLP/tatoeba")
-    card.add_argument("--license", help="its licence, as the Hub names licences, e.g. apache-2.0 or cc-by-4.0")
+    card.add_argument(
+        "--license", help="its licence, as the Hub names licences, e.g. apache-2.0 or cc-by-4.0"
+    )
     card.add_argument("--scores", type=Path, help="its evaluation: a scores.json that vaswani-evaluate wrote")
     add_verbose_option(parser)
     args = parser.parse_args(argv)
@@ -75,7 +77,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for flag in ("source_lang", "target_lang", "license"):
         value = getattr(args, flag)
         if value is not None and not CODE.fullmatch(value):
-            parser.error(f"--{flag} {value!r}: give a code of letters, digits, '-' and '.', e.g. en or apache-2.0")
+            parser.error(
+                f"--{flag} {value!r}: give a code of letters, digits, '-' and '.', e.g. en or apache-2.0"
+            )
     if args.scores is not None:
         try:
             check_input_file(args.scores)

@@ -187,7 +187,9 @@ def check_address(host: str, port: int) -> None:
         try:
             ipaddress.IPv4Address(host)
         except ValueError:
-            raise OSError(f"--host {host} is not an IPv4 address: give one such as 127.0.0.1 or 0.0.0.0.") from None
+            raise OSError(
+                f"--host {host} is not an IPv4 address: give one such as 127.0.0.1 or 0.0.0.0."
+            ) from None
     try:
         family, kind, protocol, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -203,7 +205,9 @@ def check_address(host: str, port: int) -> None:
                 raise OSError(
                     f"port {port} on {host} is in use by another process: stop it, or give another --port."
                 ) from None
-            raise OSError(f"cannot listen on {host}:{port} ({error.strerror}): give another --host or --port.") from None
+            raise OSError(
+                f"cannot listen on {host}:{port} ({error.strerror}): give another --host or --port."
+            ) from None
 
 
 def shown_name(model: str) -> str:

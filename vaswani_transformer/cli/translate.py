@@ -32,7 +32,7 @@ import os
 import stat
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import closing
+from contextlib import closing, suppress
 from pathlib import Path
 
 from ..decoding.sentences import check_splitter, recorded_languages
@@ -100,10 +100,8 @@ def output_onto_input(files: Sequence[Path]) -> str | None:
         return None
     inputs: list[tuple[str, os.stat_result]] = [(str(path), path.stat()) for path in files]
     if not files and sys.stdin is not None:
-        try:
+        with suppress(OSError, ValueError, AttributeError):
             inputs.append(("standard input", os.fstat(sys.stdin.fileno())))
-        except (OSError, ValueError, AttributeError):
-            pass
     for name, status in inputs:
         if (status.st_dev, status.st_ino) == (output.st_dev, output.st_ino):
             return name

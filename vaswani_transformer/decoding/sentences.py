@@ -68,7 +68,9 @@ def translate_by_sentences(
 
 def recorded_languages(model: str | Path) -> tuple[str, str] | None:
     """(source, target) as the model's folder or Hub repo records them (the folder's pipeline reads them alike)."""
-    from ..modeling.pipeline_vaswani_transformer import recorded_languages as recorded  # torch: not for --help
+    from ..modeling.pipeline_vaswani_transformer import (
+        recorded_languages as recorded,  # torch: not for --help
+    )
 
     return recorded(model)
 

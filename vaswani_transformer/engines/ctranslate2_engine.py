@@ -73,7 +73,9 @@ class CTranslate2Translator:
             options = {"intra_threads": 1, "inter_threads": cpu_count(), **options}
         self.decoding = read_json(folder / DECODING_FILE, EXPORT_AGAIN)
         if not isinstance(self.decoding, dict) or type(self.decoding.get("max_positions")) is not int:
-            raise ValueError(f"{folder / DECODING_FILE} does not record the export's max_positions: {EXPORT_AGAIN}.")
+            raise ValueError(
+                f"{folder / DECODING_FILE} does not record the export's max_positions: {EXPORT_AGAIN}."
+            )
         self.max_positions = self.decoding.pop("max_positions")
         for name in tokenizer_files(folder):  # named here, not by the tokenizers library
             if name.endswith(".json"):

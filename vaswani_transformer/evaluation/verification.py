@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError, safe_open
 
 from ..files.reading import read_json, read_text_lines
@@ -83,7 +84,9 @@ def readable_file(path: Path) -> None:
         with path.open("rb"):
             pass
     except OSError as error:
-        raise ValueError(f"{path} cannot be read ({error.strerror}): give this user read access, or {SAVE_AGAIN}.") from None
+        raise ValueError(
+            f"{path} cannot be read ({error.strerror}): give this user read access, or {SAVE_AGAIN}."
+        ) from None
 
 
 def weight_shapes(files: Iterable[Path]) -> dict[str, tuple[int, ...]]:
@@ -351,9 +354,10 @@ def _config(
     try:
         return VaswaniTransformerConfig.from_dict(raw)
     except (
+        StrictDataclassError,
         TypeError,
         ValueError,
-    ) as error:  # a value of the wrong type (huggingface_hub's check), out of range
+    ) as error:  # a value of the wrong type, or out of range
         raise ValueError(f"{config_file}: {error} ({RESTORE_CONFIG}).") from None
 
 

@@ -41,7 +41,9 @@ def check_text_head(head: bytes, name: str) -> None:
     at "\n" only, such a file is one line, which would be one overlong sentence (a corpus then reports "raise
     --max_length"). "\r\n" (Windows) endings are fine: every reader drops the "\r"."""
     if b"\0" in head:
-        raise ValueError(f"{name} is not text (it holds NUL bytes, as binary files do): give a text file, a line each.")
+        raise ValueError(
+            f"{name} is not text (it holds NUL bytes, as binary files do): give a text file, a line each."
+        )
     if b"\r" in head and b"\n" not in head:
         raise ValueError(
             f"{name} uses \\r (old Mac) line endings: convert them to \\n, e.g. `tr '\\r' '\\n' < {name}`."

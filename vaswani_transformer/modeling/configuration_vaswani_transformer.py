@@ -238,8 +238,12 @@ class VaswaniTransformerConfig(PreTrainedConfig):
             raise ValueError(f"max_length_offset must be >= 0, got {self.max_length_offset}.")
         if self.position_offset < 0:
             raise ValueError(f"position_offset must be >= 0, got {self.position_offset}.")
-        if self.is_encoder_decoder is not True:  # §3: an encoder and a decoder; generate() would drop the encoder
-            raise ValueError(f"is_encoder_decoder must be true for this model, got {self.is_encoder_decoder!r}.")
+        if (
+            self.is_encoder_decoder is not True
+        ):  # §3: an encoder and a decoder; generate() would drop the encoder
+            raise ValueError(
+                f"is_encoder_decoder must be true for this model, got {self.is_encoder_decoder!r}."
+            )
 
 
 VaswaniTransformerConfig.register_for_auto_class()  # `auto_map` in every saved config.json

@@ -20,7 +20,9 @@ from transformers.utils import cached_file
 
 from .configuration_vaswani_transformer import PIPELINE_TASK
 
-Piece = tuple[str, str, str]  # a sentence of a paragraph: (white space before it, its text, white space after it)
+Piece = tuple[
+    str, str, str
+]  # a sentence of a paragraph: (white space before it, its text, white space after it)
 
 # generate()'s counts that must be at least one, and lengths that must not be negative
 AT_LEAST_ONE = ("num_beams", "num_return_sequences")
@@ -319,8 +321,12 @@ class VaswaniTranslationPipeline(Pipeline):
         if not isinstance(texts, list | tuple) or not all(isinstance(text, str) for text in texts):
             raise ValueError("split_sentences translates a text or a list of texts.")
         if kwargs.get("num_return_sequences", 1) != 1 or kwargs.get("return_tensors"):
-            raise ValueError("split_sentences gives one translation text per input: leave out num_return_sequences.")
-        language = split if isinstance(split, str) else (recorded_languages(self.model.name_or_path) or ("",))[0]
+            raise ValueError(
+                "split_sentences gives one translation text per input: leave out num_return_sequences."
+            )
+        language = (
+            split if isinstance(split, str) else (recorded_languages(self.model.name_or_path) or ("",))[0]
+        )
         if not language:
             raise ValueError("The model does not record its source language: name it, split_sentences='en'.")
         segment = sentencex_segment(language)
@@ -328,6 +334,10 @@ class VaswaniTranslationPipeline(Pipeline):
         sentences = [sentence for pieces in paragraphs for _, sentence, _ in pieces]
         translated = iter(super().__call__(sentences, **kwargs) if sentences else [])
         return [
-            {"translation_text": "".join(f"{before}{next(translated)['translation_text']}{after}" for before, _, after in pieces)}
+            {
+                "translation_text": "".join(
+                    f"{before}{next(translated)['translation_text']}{after}" for before, _, after in pieces
+                )
+            }
             for pieces in paragraphs
         ]

@@ -105,7 +105,9 @@ class Batcher:
         self.engine, self.count_tokens, self.scorer, self.observer = engine, count_tokens, scorer, observer
         self.max_batch_tokens, self.max_batch_sentences = max_batch_tokens, max_batch_sentences
         self.max_wait, self.max_queue = max_wait, max_queue
-        self.max_source_tokens = max_source_tokens  # the engine's (`Engine.max_source_tokens`); None: no limit
+        self.max_source_tokens = (
+            max_source_tokens  # the engine's (`Engine.max_source_tokens`); None: no limit
+        )
         self._waiting: deque[Item] = deque()
         self._condition = threading.Condition()
         self._stopping = self._hurrying = False

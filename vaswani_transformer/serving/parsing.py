@@ -15,7 +15,13 @@ from .limits import ApiError, ServerLimits, body_too_large
 
 LIBRETRANSLATE_FIELDS = ("q", "source", "target", "format", "api_key", "alternatives")
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-JSON_NAMES = {"list": "an array", "NoneType": "null", "str": "a string", "int": "a number", "float": "a number"}
+JSON_NAMES = {
+    "list": "an array",
+    "NoneType": "null",
+    "str": "a string",
+    "int": "a number",
+    "float": "a number",
+}
 
 
 class NativeRequest(BaseModel):
@@ -112,7 +118,8 @@ def _form_fields(text: str, where: str, strict: bool = True) -> dict[str, str]:
         return dict(parse_qsl(text, keep_blank_values=True, strict_parsing=strict, errors="strict"))
     except UnicodeDecodeError:
         raise ApiError(
-            400, f"The {where} holds percent-encoded bytes that are not UTF-8 (e.g. %E9): encode text as UTF-8."
+            400,
+            f"The {where} holds percent-encoded bytes that are not UTF-8 (e.g. %E9): encode text as UTF-8.",
         ) from None
     except ValueError:
         raise ApiError(400, f"The {where} is neither JSON nor a form: send one of them.") from None

@@ -3,8 +3,8 @@ telling whole checkpoints from ones a killed save left behind."""
 
 import json
 import os
-import re
 import pickle
+import re
 import shutil
 import zipfile
 from collections.abc import Iterable, Sequence
@@ -47,6 +47,7 @@ _NOT_COPIED = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.pt", "*.
 # torch.load(weights_only=True), never unpickling code; the optimiser's is optimizer.pt (optimizer.bin, or a folder,
 # under FSDP).
 SCHEDULER_FILE = "scheduler.pt"
+TRAINING_ARGS_FILE = "training_args.bin"
 _TORCH_FILES = ("*.pt", "*.pth", "*.bin")
 # What an evaluation wrote about a folder's weights (vaswani-evaluate, the job's scoring): stale once they change.
 SCORE_FILES = ("scores.json", "*_scores.json", "hypotheses.txt", "*_hypotheses.txt")
@@ -132,13 +133,19 @@ def _torch_file_problem(path: Path) -> str | None:
         zipfile.ZipFile(path).close()
     except (zipfile.BadZipFile, OSError):
         return f"{path} is cut short or damaged (not a whole torch file)"
+    if (
+        path.name == TRAINING_ARGS_FILE
+    ):  # the Trainer writes it (a pickle of its arguments) and never loads it
+        return None
     from transformers.trainer_pt_utils import safe_globals  # the Trainer's own allowlist, imported with it
 
     try:
         with safe_globals():
             torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError:
-        return f"{path} holds objects other than tensors and numbers (code could run on loading it): not loaded"
+        return (
+            f"{path} holds objects other than tensors and numbers (code could run on loading it): not loaded"
+        )
     except (RuntimeError, OSError, EOFError, ValueError) as error:
         return f"{path} is damaged ({type(error).__name__})"
     return None
