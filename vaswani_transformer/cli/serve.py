@@ -30,6 +30,8 @@ Exit status: 0 after a signal, 2 for bad options or a model that does not load (
 import argparse
 import errno
 import ipaddress
+import logging
+import os
 import re
 import socket
 import sys
@@ -239,4 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = ServeSettings(**{**settings.__dict__, "source": source, "target": target})
     app = create_app(engine, settings, model_name=shown_name(str(args.model)))
     run_server(app, args.host, args.port, args.shutdown_timeout, args.log_level)
+    if (
+        app.state.batcher.decoding
+    ):  # a batch still decoding past --shutdown_timeout, its requests answered 503:
+        logging.shutdown()  # its thread can neither be joined in time nor left running into the interpreter's
+        sys.stdout.flush()  # exit (torch aborts there), so the process ends here
+        sys.stderr.flush()
+        os._exit(0)
     return 0

@@ -134,6 +134,11 @@ class Batcher:
         for thread in self._threads:
             thread.join(wait)
 
+    @property
+    def decoding(self) -> bool:
+        """Whether a worker is still at work (after `stop(wait=...)` ran out: a batch past the shutdown timeout)."""
+        return any(thread.is_alive() for thread in self._threads)
+
     @contextmanager
     def model_idle(self) -> Iterator[None]:
         """No batch decodes inside (others use the model between batches: the page's attention)."""
