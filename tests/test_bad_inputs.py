@@ -160,6 +160,14 @@ def corpus_replaced(flag: str, content: bytes) -> Callable[[Workspace], list[str
     return arguments
 
 
+def one_pair_repeated(ws: Workspace) -> list[str]:
+    """A corpus of 150 copies of one pair, with 10 pairs asked for dev: the one sentence's pairs stay together."""
+    flags = ws.train_flags()
+    flags[flags.index("--train_source") + 1] = ws.write("repeated.en", "The cat sleeps.\n" * 150)
+    flags[flags.index("--train_target") + 1] = ws.write("repeated.de", "Die Katze schläft.\n" * 150)
+    return [*flags, "--dev_size", "10", "--output_dir", ws.new]
+
+
 def hold_lock(ws: Workspace) -> None:
     folder = Path(ws.new)
     folder.mkdir()
@@ -954,6 +962,11 @@ VALUE_CASES: dict[str, Case] = {
         "train",
         corpus_replaced("train_source", b"".join(b"Sentence %d.\r" % i for i in range(150))),
         "replaced-train_source uses \\r (old Mac) line endings",
+    ),
+    "train dev_size that holds out nothing": Case(
+        "train",
+        one_pair_repeated,
+        "--dev_size 10 holds out no pairs: a source sentence's pairs stay in one split",
     ),
     "train a binary corpus": Case(
         "train",

@@ -207,6 +207,13 @@ def load_corpora(options: TrainOptions) -> Corpora:
                 f"--dev_size {options.dev_size} leaves no training pairs ({len(train):,} loaded)."
             )
         split = train_test_split_fixed(train, options.dev_size, seed=options.seed)
+        if len(split["test"]) == 0:
+            raise CorpusError(
+                f"--dev_size {options.dev_size} holds out no pairs: a source sentence's pairs stay in one split (so "
+                f"that dev measures unseen sentences), and each of the corpus's {len(set(train['source'])):,} "
+                f"distinct source sentence(s) has more than {options.dev_size} pairs. Give a larger --dev_size, a "
+                "dev set of its own (--dev_source/--dev_target), or --dev_size 0."
+            )
         train, dev = split["train"], split["test"]
     test = _first(test, options.max_test_sentences)
     dev = _first(dev, options.max_dev_sentences) if dev is not None else None
