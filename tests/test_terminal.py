@@ -1,11 +1,14 @@
 """`vaswani-translate` at a terminal and on paragraphs: a typed line is answered as soon as it ends, and
 --split_sentences translates each sentence of a line apart, joined back with the line's own spacing."""
 
+import fcntl
 import io
 import os
 import pty
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
@@ -80,3 +83,53 @@ def test_split_sentences_takes_the_language_the_model_records(
         )
         == "en"
     )
+
+
+def shown(raw: str) -> list[str]:
+    """The lines a terminal shows for `raw`: each carriage return goes back to the line's start, overwriting."""
+    lines = []
+    for line in raw.replace("\r\n", "\n").split("\n"):
+        cells: list[str] = []
+        column = 0
+        for character in line:
+            if character == "\r":
+                column = 0
+                continue
+            cells[column : column + 1] = [character]
+            column += 1
+        lines.append("".join(cells).rstrip())
+    return lines
+
+
+@pytest.mark.slow  # a command in a fresh interpreter
+def test_translations_get_lines_of_their_own_beside_the_progress_bar_on_one_terminal(
+    random_folder: Path, tmp_path: Path
+) -> None:
+    """Standard output and standard error on one terminal: the translations shared their line with the bar."""
+    source = tmp_path / "in.en"
+    source.write_text("\n".join(SENTENCES[:4]) + "\n", encoding="utf-8")
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(
+        terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0)
+    )  # 120 columns: room for the bar
+    command = [sys.executable, "-m", "vaswani_transformer", "translate", str(random_folder), str(source)]
+    process = subprocess.Popen(
+        [*command, "--num_beams", "1", "--buffer_lines", "1", "--device", "cpu"],
+        stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal, env=ENV,
+    )  # fmt: skip
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not chunk:
+            break
+        output += chunk
+    assert process.wait(timeout=WAIT) == 0
+    engine = load_engine(random_folder, EngineOptions(device="cpu"))
+    expected = [engine.translate([sentence], num_beams=1)[0] for sentence in SENTENCES[:4]]  # a buffer each
+    lines = shown(output.decode("utf-8", errors="replace"))
+    assert all(translation in lines for translation in expected), lines
+    assert "translating" in output.decode("utf-8", errors="replace")  # the bar was there

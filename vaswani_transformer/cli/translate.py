@@ -35,6 +35,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing, suppress
 from pathlib import Path
 
+from tqdm import tqdm
+
 from ..decoding.sentences import check_splitter, recorded_languages
 from ..engines.options import EngineOptions
 from ..evaluation.streaming import BUFFER_BATCHES, default_buffer_lines, translate_in_buffers
@@ -123,13 +125,17 @@ def input_lines(files: Sequence[Path]) -> Iterator[str]:
 
 
 def write_lines(lines: Sequence[str]) -> None:
-    """Lines on standard output, flushed: a pipe's reader gets a buffer's translations now, not when 8 KiB gather.
+    """Lines on standard output, flushed: a pipe's reader gets a buffer's translations now, not when 8 KiB gather;
+    on a terminal that also shows the progress bar, on lines of their own.
     A write the machine refuses (a full disk, a size limit) is a WriteError naming the file standard output goes
     to, the free space there and the fix; standard output then points at /dev/null, so that nothing is tried
     again at exit."""
     try:
-        sys.stdout.write("".join(f"{line}\n" for line in lines))
-        sys.stdout.flush()
+        with tqdm.external_write_mode(
+            file=sys.stdout
+        ):  # the progress bar leaves a terminal's line, then returns
+            sys.stdout.write("".join(f"{line}\n" for line in lines))
+            sys.stdout.flush()
     except OSError as error:
         failure = machine_write_failure(error)
         if failure is None:  # a reader that went away (BrokenPipeError): `command` ends quietly
