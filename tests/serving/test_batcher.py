@@ -13,6 +13,8 @@ from vaswani_transformer.serving.batcher import Batcher, SentenceTooLong
 
 
 class RecordingEngine:
+    name = "recording"
+
     def __init__(self) -> None:
         self.batches: list[list[str]] = []
 

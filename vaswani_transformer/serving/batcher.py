@@ -23,9 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ..decoding.engine import Engine
 from ..decoding.translate import intra_op_threads
+
+# Engines whose translate() takes generate()'s stopping criteria (CTranslate2 decodes a batch to its end).
+STOPPABLE_ENGINES = ("torch", "onnxruntime")
 
 Options = tuple[tuple[str, Any], ...]  # decoding overrides, hashable: requests with equal ones share a batch
 
@@ -68,6 +72,20 @@ class Job:
         self.translations = [None] * len(self.sentences)
         self.scores = [None] * len(self.sentences)
         self.remaining = len(self.sentences)
+
+
+class WhenAbandoned(StoppingCriteria):
+    """generate() stops a batch at its next step once every request in it has gone (a timeout, a client that left,
+    the shutdown timeout): nobody waits for its translations, and the worker is free for the next batch."""
+
+    def __init__(self, jobs: Sequence[Job]) -> None:
+        self.jobs = jobs
+
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
+    ) -> torch.BoolTensor:
+        gone = all(job.abandoned for job in self.jobs)
+        return torch.full((input_ids.shape[0],), gone, dtype=torch.bool, device=input_ids.device)
 
 
 @dataclass
@@ -253,9 +271,13 @@ class Batcher:
     def _decode(self, batch: list[Item]) -> None:
         """Translate a batch (and score it where asked) and hand each job what is now done."""
         sources = [item.job.sentences[item.index] for item in batch]
+        options = dict(batch[0].job.options)
+        if self.engine.name in STOPPABLE_ENGINES:
+            jobs = list({id(item.job): item.job for item in batch}.values())
+            options["stopping_criteria"] = StoppingCriteriaList([WhenAbandoned(jobs)])
         started = time.monotonic()
         try:
-            translations = self.engine.translate(sources, batch_size=len(batch), **dict(batch[0].job.options))
+            translations = self.engine.translate(sources, batch_size=len(batch), **options)
             scored = [index for index, item in enumerate(batch) if item.job.want_scores]
             if scored and self.scorer is not None:
                 scores = self.scorer([sources[i] for i in scored], [translations[i] for i in scored])
