@@ -174,4 +174,4 @@ def test_a_batch_whose_requests_all_timed_out_stops_and_frees_its_worker(trained
         answer = httpx.post(f"{served.url}/v1/translate", json={"q": "Hi.", "num_beams": 1}, timeout=120)
         waited = time.monotonic() - started
     assert answer.status_code == 200, answer.text
-    assert waited < 3, waited  # not the rest of the long batch (about 40 s on 2 cores)
+    assert waited < 10, waited  # not the rest of the long batch (about 40 s on 2 cores)
