@@ -1512,6 +1512,12 @@ MATCH_CASES: dict[str, Case] = {
         "generation_config.json: min_length 100,000 is longer than any translation of this model",
         setup=json_edited("generation_config.json", min_length=100000),
     ),
+    "translate cache_implementation nonsense": Case(
+        "translate",
+        translate_with(),
+        "generation_config.json: Invalid `cache_implementation` (nonsense)",
+        setup=json_edited("generation_config.json", cache_implementation="nonsense"),
+    ),
     "translate forced_bos_token_id 99999": Case(
         "translate",
         translate_with(),

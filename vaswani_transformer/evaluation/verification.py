@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError, safe_open
+from transformers import GenerationConfig
 
 from ..files.reading import read_json, read_text_lines
 from ..modeling.configuration_vaswani_transformer import (
@@ -302,6 +303,10 @@ def check_generation_config(folder: Path, vocab_size: int, max_positions: int | 
     if returned > beams:
         raise ValueError(f"{path}: num_return_sequences {returned} exceeds num_beams {beams}: {fix}.")
     check_token_ids(path, settings, vocab_size, fix)
+    try:  # transformers' own checks of the settings together, which name no file
+        GenerationConfig.from_dict(settings)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{path}: {error} ({fix}).") from None
 
 
 def check_merges(merges: Iterable[tuple[str, ...]], path: str) -> None:
