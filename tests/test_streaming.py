@@ -100,7 +100,7 @@ def test_translations_over_several_buffers_are_those_of_the_whole_input(
     random_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # 14 lines over buffers of 5, blank and whitespace-only lines among them, one across a buffer's edge. Batches
-    # of one sentence: a batch's output limit is its longest source + 50, and random weights reach it.
+    # of one sentence, as a buffer's edge would make them (each sentence's own output limit keeps them alike).
     lines = [*SENTENCES[:4], "", "   ", *SENTENCES, "", SENTENCES[1], "\u2028"]
     engine = load_engine(random_folder, EngineOptions(device="cpu"))
     expected = translate_lines(lines, engine, batch_size=1, num_beams=2)  # one call: every line in one sort

@@ -60,7 +60,7 @@ def test_ctranslate2_engine_translates_as_the_export_and_keeps_blank_lines(
     model_dir, tmp_path, monkeypatch, capsys
 ) -> None:
     exported = CTranslate2Translator(to_ctranslate2(model_dir, tmp_path / "ct2"))
-    expected = exported.translate(SENTENCES, batch_size=2)  # each batch is limited by its longest source
+    expected = exported.translate(SENTENCES, batch_size=2)
     assert len(set(expected)) == len(SENTENCES) and all(expected)  # distinct, non-empty translations
     text = "\n".join([SENTENCES[0], "", *SENTENCES[1:3], "  ", *SENTENCES[3:]]) + "\n"
     cache = tmp_path / "cache"

@@ -31,7 +31,7 @@ def test_no_max_length_or_the_fallback_limits_the_output_to_the_source_plus_the_
     offset = tiny_model.config.max_length_offset
     assert model_max_length(tiny_model.generation_config) is None
     assert generated_length(tiny_model, source_batch) == 1 + LONGEST_SOURCE + offset
-    assert decoding_settings(tiny_model)["max_new_tokens"] == f"longest source in the batch + {offset}"
+    assert decoding_settings(tiny_model)["max_new_tokens"] == f"each source + {offset}"
     assert "max_length" not in decoding_settings(tiny_model)
     assert "max_decoding_length" not in decoding_defaults(tiny_model, 1024)
     limit = cache_length(tiny_model, LONGEST_SOURCE, {})

@@ -98,7 +98,7 @@ def test_multi30k_recipe_in_miniature(shared_data: Path, tmp_path: Path, caplog)
         "length_penalty": 1.0,  # the recipe's, chosen on val
         "length_penalty_type": "gnmt",
         "early_stopping": True,
-        "max_new_tokens": "longest source in the batch + 50",
+        "max_new_tokens": "each source + 50",
     }
     assert json.loads((model_dir / "dev_scores.json").read_text())["num_sentences"] == 12
     assert result.dev_scores["num_sentences"] == 12

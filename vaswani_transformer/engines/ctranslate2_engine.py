@@ -7,6 +7,7 @@ differently on close calls; greedy decoding gives the model's tokens.
 
 import os
 from collections.abc import Callable, Sequence
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,8 @@ class CTranslate2Translator:
         """Translations of `texts` in input order; `overrides` are decoding settings in `translate`'s names
         (num_beams, length_penalty: |Y|^α, max_new_tokens) or `translate_batch`'s own (beam_size …); `on_batch` is
         called with each decoded batch's sentence count. Batches are sorted by length as `translate` sorts them,
-        each limited to its longest source + the offset (§6.1); all are queued at once, so that CTranslate2's
+        each sentence limited to its own source + the offset (§6.1), as the model's own search limits it, so a batch
+        holds sources of one length unless the call sets a limit; all are queued at once, so that CTranslate2's
         `inter_threads` decode several in parallel."""
         if not texts:
             return []
@@ -137,7 +139,12 @@ class CTranslate2Translator:
             self.tokenizer.convert_ids_to_tokens(ids)
             for ids in cap_source_lengths(encoded, self.max_source_tokens)
         ]
-        batches = length_sorted_batches([len(tokens) for tokens in sources], batch_size)
+        lengths = [len(tokens) for tokens in sources]
+        batches = length_sorted_batches(lengths, batch_size)
+        if (
+            not limit
+        ):  # each sentence's own limit (§6.1: its source + 50): a batch holds sources of one length
+            batches = [list(run) for batch in batches for _, run in groupby(batch, key=lengths.__getitem__)]
         pending = [
             self.translator.translate_batch(
                 [sources[i] for i in batch],
@@ -209,5 +216,5 @@ class CTranslate2Engine:
         if "max_decoding_length" in options:
             settings["max_new_tokens"] = options["max_decoding_length"]
         else:
-            settings["max_new_tokens"] = f"longest source in the batch + {options['max_length_offset']}"
+            settings["max_new_tokens"] = f"each source + {options['max_length_offset']}"
         return settings

@@ -44,7 +44,7 @@ def decoding_settings(
     elif (max_length := overrides.get("max_length", model_max_length(model.generation_config))) is not None:
         settings["max_length"] = max_length
     elif hasattr(model.config, "max_length_offset"):
-        settings["max_new_tokens"] = f"longest source in the batch + {model.config.max_length_offset}"
+        settings["max_new_tokens"] = f"each source + {model.config.max_length_offset}"
     return settings
 
 

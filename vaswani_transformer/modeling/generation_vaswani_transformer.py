@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 from torch import distributed, nn
-from transformers import GenerationConfig, GenerationMixin
+from transformers import GenerationConfig, GenerationMixin, StoppingCriteria, StoppingCriteriaList
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.generation import EosTokenCriteria, GenerateBeamEncoderDecoderOutput, MaxLengthCriteria
 from transformers.integrations import is_deepspeed_zero3_enabled
@@ -39,7 +39,14 @@ TRANSFORMERS_MAX_LENGTH = TRANSFORMERS_DEFAULTS.get("max_length", 20)
 NEVER = -1e9  # the score of a continuation that must not be chosen (transformers' own mask value)
 BLOCK = 64  # columns per block of the vocabulary (`top_continuations`)
 # Stopping criteria that answer each sequence alone, so that final sentences may leave the batch (`Beams.keep`)
-ROW_WISE_CRITERIA = ("MaxLengthCriteria", "EosTokenCriteria", "MaxTimeCriteria", "UntilSet")
+ROW_WISE_CRITERIA = (
+    "MaxLengthCriteria",
+    "EosTokenCriteria",
+    "MaxTimeCriteria",
+    "OwnOutputLimit",
+    "UntilSet",
+    "WhenAbandoned",
+)
 
 
 def generation_setting(generation_config: GenerationConfig, name: str) -> Any:
@@ -154,6 +161,9 @@ class Request:
     penalty: str
     alpha: float
     early_stopping: bool | str
+    own_max_length: torch.Tensor | None = (
+        None  # (sentences,) each one's limit (§6.1: its source + 50); None: max_length
+    )
 
 
 def start(input_ids: torch.Tensor, request: Request, with_paths: bool) -> Beams:
@@ -186,10 +196,12 @@ def ended(
     transformers' two usual criteria read directly, else by calling every criterion on the continued sequences."""
     _, from_beams, tokens = choice
     length = beams.running.shape[-1] + 1
+    own = request.max_length if request.own_max_length is None else request.own_max_length[beams.origin]
+    own_limit = torch.as_tensor(length >= own, device=tokens.device).reshape(-1, 1)  # (sentences or 1, 1)
     if all(isinstance(criterion, (MaxLengthCriteria, EosTokenCriteria)) for criterion in stopping_criteria):
-        return torch.isin(tokens, request.ends) | (length >= request.max_length)
+        return torch.isin(tokens, request.ends) | own_limit
     continued = torch.cat([along_beams(beams.running, from_beams), tokens.unsqueeze(-1)], -1)
-    return stopping_criteria(continued.flatten(0, 1), None).view(tokens.shape)
+    return stopping_criteria(continued.flatten(0, 1), None).view(tokens.shape) | own_limit
 
 
 def step(
@@ -348,6 +360,7 @@ def paper_beam_search(
     stopping_criteria: Any,
     generation_config: GenerationConfig,
     synced_gpus: bool = False,
+    own_new_tokens: torch.Tensor | None = None,
     **model_kwargs: Any,
 ) -> torch.LongTensor | GenerateBeamEncoderDecoderOutput:
     """§6.1 beam search (module docstring) as `generate()`'s `custom_generate`: `input_ids` (sentences · beams,
@@ -362,6 +375,8 @@ def paper_beam_search(
         stopping_criteria: transformers' stopping criteria.
         generation_config: the call's settings (beams, length penalty, early stopping, ...).
         synced_gpus: step with the other processes until all are done (DeepSpeed ZeRO-3, FSDP).
+        own_new_tokens: `(sentences,)` each sentence's own output limit in new tokens (§6.1: its source + 50),
+            where the call set none; None: the call's limit for every sentence.
         **model_kwargs: what generate() prepared: `encoder_outputs`, `attention_mask`, the cache.
 
     Returns:
@@ -369,11 +384,15 @@ def paper_beam_search(
     """
     settings = generation_config
     end_ids = settings.eos_token_id if isinstance(settings.eos_token_id, list) else [settings.eos_token_id]
+    own = None
+    if own_new_tokens is not None:
+        own = (input_ids.shape[1] + own_new_tokens.to(input_ids.device)).clamp(max=settings.max_length)
     request = Request(
         num_beams=settings.num_beams,
         candidates=max(2, 1 + len(end_ids)) * settings.num_beams,
         prompt_length=input_ids.shape[1],
         max_length=settings.max_length,
+        own_max_length=own,
         pad=end_ids[0] if settings.pad_token_id is None else settings.pad_token_id,
         ends=torch.tensor(end_ids, device=input_ids.device),
         penalty=model.config.length_penalty_type,
@@ -487,6 +506,22 @@ def record_step(
         recorded["hidden"].append(outputs.decoder_hidden_states)
 
 
+class OwnOutputLimit(StoppingCriteria):
+    """Each sequence ends at its own sentence's output limit, `own_new_tokens` new tokens after the decoder's
+    `prompt_length` (§6.1: "input length + 50" is each input's), so that a sentence's translation does not depend on
+    the other sentences of its batch. Rows are the sentences in order, each repeated for its returned sequences."""
+
+    def __init__(self, own_new_tokens: torch.Tensor, prompt_length: int) -> None:
+        self.limits = own_new_tokens + prompt_length
+
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
+    ) -> torch.BoolTensor:
+        limits = self.limits.to(input_ids.device)
+        limits = limits.repeat_interleave(input_ids.shape[0] // limits.shape[0])  # num_return_sequences
+        return input_ids.shape[-1] >= limits
+
+
 def requested(
     name: str, kwargs: dict[str, Any], generation_config: Any, model_settings: GenerationConfig
 ) -> Any:
@@ -552,10 +587,14 @@ class VaswaniTransformerGenerationMixin(GenerationMixin):
         limits += [getattr(generation_config, name, None) for name in ("max_length", "max_new_tokens")]
         limits += [model_settings.max_new_tokens, model_max_length(model_settings)]
         source = inputs if inputs is not None else kwargs.get("input_ids")
+        own_new_tokens = (
+            None  # each sentence's own limit, where the call sets none (§6.1: "input length + 50")
+        )
         if all(limit is None for limit in limits) and source is not None:
             mask = kwargs.get("attention_mask")
-            source_length = int(mask.sum(-1).max()) if mask is not None else source.shape[-1]
-            kwargs["max_new_tokens"] = source_length + self.config.max_length_offset
+            lengths = mask.sum(-1) if mask is not None else torch.full((source.shape[0],), source.shape[-1])
+            own_new_tokens = lengths + self.config.max_length_offset
+            kwargs["max_new_tokens"] = int(own_new_tokens.max())
         if kwargs.get("max_new_tokens") is not None and "max_length" not in kwargs:
             kwargs["max_length"] = None  # the model's max_length yields to the call's max_new_tokens
         beam_search = (
@@ -574,5 +613,15 @@ class VaswaniTransformerGenerationMixin(GenerationMixin):
                     else 1
                 )
                 synced_gpus = (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self)) and world > 1
-            kwargs["custom_generate"] = partial(paper_beam_search, synced_gpus=synced_gpus)
+            kwargs["custom_generate"] = partial(
+                paper_beam_search, synced_gpus=synced_gpus, own_new_tokens=own_new_tokens
+            )
+        elif (
+            own_new_tokens is not None
+        ):  # greedy search or sampling: a criterion ends each row at its own limit
+            prompt = kwargs.get("decoder_input_ids")
+            limit = OwnOutputLimit(own_new_tokens, 1 if prompt is None else prompt.shape[-1])
+            kwargs["stopping_criteria"] = StoppingCriteriaList(
+                [*(kwargs.get("stopping_criteria") or ()), limit]
+            )
         return super().generate(inputs, generation_config, **kwargs)
