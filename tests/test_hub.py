@@ -70,6 +70,8 @@ def test_model_card_is_filled_from_config_options_and_scores(trained_run) -> Non
     assert "{{" not in text and "{%" not in text
     metadata = card_metadata(text)
     assert metadata["language"] == ["en", "de"]
+    # the pair travels in config.json (the folder's pipeline splits sentences by it), as in every later save
+    assert json.loads((model_dir / "config.json").read_text())["langs"] == ["en", "de"]
     assert metadata["license"] == "apache-2.0"
     assert {"translation", "custom_code"} <= set(metadata["tags"])
     assert "pipeline_tag" not in metadata and metadata["metrics"] == [

@@ -2,6 +2,7 @@
 splitter of `vaswani-serve` and `vaswani-translate --split_sentences`, and joined back with its own spacing."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -63,12 +64,16 @@ def test_a_model_that_records_no_language_asks_for_one(loaded) -> None:
     )
 
 
-def test_the_folders_pipeline_splits_as_translate_does(recorded_folder: Path, loaded) -> None:
+def test_the_folders_pipeline_splits_as_translate_does(recorded_folder: Path, loaded, tmp_path: Path) -> None:
     """The pipeline and handler.py, which a published folder serves with, had no splitting: paragraphs came out
     run-on."""
     from transformers import pipeline
 
-    translator = pipeline("vaswani-translation", model=str(recorded_folder), device="cpu")
+    folder = tmp_path / "model"
+    shutil.copytree(recorded_folder, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "langs": ["en", "de"]}))  # as the job writes it
+    translator = pipeline("vaswani-translation", model=str(folder), device="cpu")
     paragraph = f"{SENTENCES[0]}  {SENTENCES[1]}\n{SENTENCES[2]} "
     options = {
         **{key: value for key, value in DECODING.items() if key != "dtype"},

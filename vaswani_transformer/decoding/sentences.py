@@ -8,9 +8,12 @@ alike. sentencex (the serve extra) is imported only when splitting is asked for.
 
 import importlib
 import importlib.util
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from transformers.utils import cached_file
 
 from ..extras import install_command
 
@@ -66,13 +69,30 @@ def translate_by_sentences(
     return [join_sentences(sentences, [next(translated) for _ in sentences]) for sentences in paragraphs]
 
 
-def recorded_languages(model: str | Path) -> tuple[str, str] | None:
-    """(source, target) as the model's folder or Hub repo records them (the folder's pipeline reads them alike)."""
-    from ..modeling.pipeline_vaswani_transformer import (
-        recorded_languages as recorded,  # torch: not for --help
-    )
+def _read(model: str | Path, name: str) -> dict:
+    """The JSON object of one of the model's files; {} where it has none (or the name is no model at all: loading
+    it says why)."""
+    try:
+        where = cached_file(str(model), name, _raise_exceptions_for_missing_entries=False)
+        if where is None:
+            return {}
+        content = json.loads(Path(where).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # ValueError: not UTF-8, not JSON, or not a Hub id
+        return {}
+    return content if isinstance(content, dict) else {}
 
-    return recorded(model)
+
+def recorded_languages(model: str | Path) -> tuple[str, str] | None:
+    """(source, target) as the model's folder or Hub repo records them: what `vaswani-train` recorded
+    (train_options.json), or the config's `langs` (written by the training job, a conversion and `vaswani-push
+    --source_lang/--target_lang`; the folder's pipeline splits by it); None where it does not."""
+    options = _read(model, "train_options.json")
+    if isinstance(options.get("source_lang"), str) and isinstance(options.get("target_lang"), str):
+        return options["source_lang"], options["target_lang"]
+    langs = _read(model, "config.json").get("langs")
+    if isinstance(langs, list) and len(langs) == 2 and all(isinstance(code, str) for code in langs):
+        return langs[0], langs[1]
+    return None
 
 
 def splitting_language(split: bool | str, model_name: str | Path) -> str:

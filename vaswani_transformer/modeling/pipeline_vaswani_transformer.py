@@ -8,15 +8,12 @@ and transformers are installed; the package registers its subclass for the task 
 """
 
 import importlib
-import json
 import types
 from collections.abc import Callable, Iterable, Mapping, Sized
-from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import Pipeline
-from transformers.utils import cached_file
 
 from .configuration_vaswani_transformer import PIPELINE_TASK
 
@@ -92,38 +89,6 @@ def sentencex_segment(language: str) -> Callable[[str], Iterable[str]]:
     return lambda text: sentencex.segment(language, text)
 
 
-def _read(model: str | Path, name: str) -> dict:
-    """The JSON object of one of the model's files; {} where it has none (or the name is no model at all: loading
-    it says why)."""
-    try:
-        where = cached_file(str(model), name, _raise_exceptions_for_missing_entries=False)
-        if where is None:
-            return {}
-        content = json.loads(Path(where).read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # ValueError: not UTF-8, not JSON, or not a Hub id
-        return {}
-    return content if isinstance(content, dict) else {}
-
-
-def recorded_languages(model: str | Path) -> tuple[str, str] | None:
-    """(source, target) as the model's folder or Hub repo records them: what `vaswani-train` recorded
-    (train_options.json), or a converted or pushed model's `langs` (config.json); None where it does not.
-
-    Args:
-        model: a model folder or Hub id.
-
-    Returns:
-        The language codes, or None.
-    """
-    options = _read(model, "train_options.json")
-    if isinstance(options.get("source_lang"), str) and isinstance(options.get("target_lang"), str):
-        return options["source_lang"], options["target_lang"]
-    langs = _read(model, "config.json").get("langs")
-    if isinstance(langs, list) and len(langs) == 2 and all(isinstance(code, str) for code in langs):
-        return langs[0], langs[1]
-    return None
-
-
 def as_pipeline_inputs(inputs: Any) -> Any:
     """`inputs` as transformers' pipelines take them: a string, a list, a generator or a torch Dataset (such as
     `KeyDataset`) as it is; any other sized iterable of strings (a datasets `Column`, a tuple) as a list; any
@@ -153,8 +118,9 @@ class VaswaniTranslationPipeline(Pipeline):
     `batch_size=` batches them. A blank sentence gives an empty translation. transformers 4's options work too:
     `return_tensors=True` (the token ids, as "translation_token_ids"), `return_text`,
     `clean_up_tokenization_spaces`, `truncation=True` (sources cut to the model's positions).
-    `split_sentences=True` (or a language code) translates each text sentence by sentence and joins the
-    translations with the text's own spacing, as the package's `translate()` does (sentencex).
+    `split_sentences=True` (by the source language the config's `langs` records, or a language code) translates
+    each text sentence by sentence and joins the translations with the text's own spacing, as the package's
+    `translate()` does (sentencex).
     """
 
     _load_processor = False
@@ -301,7 +267,7 @@ class VaswaniTranslationPipeline(Pipeline):
             inputs: a sentence, a list or tuple of them, a generator or a dataset.
             **kwargs: `generate()`'s options for this call (`num_beams=1`, ...), `decoding_dtype`, `batch_size`,
                 `truncation`, `return_text`, `return_tensors`, `split_sentences` (True: by the source language
-                the model's folder records; or a language code).
+                the config's `langs` records; or a language code).
 
         Returns:
             The translations, shaped as described above.
@@ -324,9 +290,7 @@ class VaswaniTranslationPipeline(Pipeline):
             raise ValueError(
                 "split_sentences gives one translation text per input: leave out num_return_sequences."
             )
-        language = (
-            split if isinstance(split, str) else (recorded_languages(self.model.name_or_path) or ("",))[0]
-        )
+        language = split if isinstance(split, str) else (getattr(self.model.config, "langs", None) or [""])[0]
         if not language:
             raise ValueError("The model does not record its source language: name it, split_sentences='en'.")
         segment = sentencex_segment(language)

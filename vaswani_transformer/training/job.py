@@ -99,6 +99,7 @@ def _train_and_evaluate(options: TrainOptions) -> TrainResult | None:
     dev = tokenize_pairs(corpora.dev, tokenizer, options.max_length)[0] if corpora.dev is not None else None
     config.vocab_size = len(tokenizer)
     config.tokenizer_fingerprint = tokenizer_fingerprint(tokenizer)
+    config.langs = [options.source_lang, options.target_lang]  # the pair, for every later save of the model
     torch.manual_seed(options.seed)
     model = VaswaniTransformerForConditionalGeneration(config)
     logger.info(
