@@ -168,6 +168,13 @@ def one_pair_repeated(ws: Workspace) -> list[str]:
     return [*flags, "--dev_size", "10", "--output_dir", ws.new]
 
 
+def unrecord_pair(config_file: Path) -> None:
+    """config.json without the language pair the training job writes into it (`langs`)."""
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config.pop("langs")
+    config_file.write_text(json.dumps(config), encoding="utf-8")
+
+
 def hold_lock(ws: Workspace) -> None:
     folder = Path(ws.new)
     folder.mkdir()
@@ -1144,7 +1151,11 @@ SERVE_CASES: dict[str, Case] = {
         "serve",
         lambda ws: [ws.model, "--device", "cpu"],
         "give --source_lang and --target_lang",
-        lambda ws: (Path(ws.model) / "train_options.json").unlink(),
+        # a save_pretrained folder of another origin: neither a run record nor the config's pair
+        lambda ws: (
+            (Path(ws.model) / "train_options.json").unlink(),
+            unrecord_pair(Path(ws.model) / "config.json"),
+        ),
     ),
     "serve a missing model": Case(
         "serve", lambda ws: [ws.new, "--source_lang", "en", "--target_lang", "de"], "no such"

@@ -3,8 +3,10 @@
 
 import fcntl
 import io
+import json
 import os
 import pty
+import shutil
 import struct
 import subprocess
 import sys
@@ -73,9 +75,13 @@ def test_split_sentences_translates_each_sentence_and_keeps_the_line_s_spacing(
 
 
 def test_split_sentences_takes_the_language_the_model_records(
-    trained_run, random_folder: Path, capsys
+    trained_run, random_folder: Path, tmp_path: Path, capsys
 ) -> None:
-    assert translate_cli.main([str(random_folder), "--split_sentences", "--device", "cpu"]) == 2
+    unrecorded = Path(shutil.copytree(random_folder, tmp_path / "model"))  # a folder that records no pair
+    config = json.loads((unrecorded / "config.json").read_text(encoding="utf-8"))
+    config.pop("langs")
+    (unrecorded / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert translate_cli.main([str(unrecorded), "--split_sentences", "--device", "cpu"]) == 2
     assert "does not record its source language: give it, --split_sentences en." in capsys.readouterr().err
     assert (
         translate_cli.split_language(

@@ -176,8 +176,8 @@ def language_pair(args: argparse.Namespace) -> tuple[str, str]:
     source, target = args.source_lang or recorded[0], args.target_lang or recorded[1]
     if not source or not target:
         raise ValueError(
-            f"{args.model} does not record its language pair (train_options.json): give --source_lang and "
-            "--target_lang."
+            f"{args.model} does not record its language pair (train_options.json, or config.json's langs): give "
+            "--source_lang and --target_lang."
         )
     return source, target
 
