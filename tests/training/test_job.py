@@ -122,16 +122,17 @@ def test_multi30k_recipe_in_miniature(shared_data: Path, tmp_path: Path, caplog)
     command = [sys.executable, "scripts/evaluate_model.py", str(model_dir), "--num-beams", "1"]
     command += ["--source", options.test_source, "--references", options.test_target]
     job_scores = (model_dir / "scores.json").read_text()
+    evaluation = model_dir.parent / f"{model_dir.name}-evaluation"  # beside the model, never inside it
+    first = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=True)
+    assert "sacreBLEU" in first.stdout and (evaluation / "scores.json").is_file()
     refused = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     assert refused.returncode == 2 and "--name" in refused.stderr and "--overwrite" in refused.stderr
-    completed = subprocess.run(
-        [*command, "--name", "val"], capture_output=True, text=True, cwd=REPO, check=True
-    )
-    assert "sacreBLEU" in completed.stdout
-    assert json.loads((model_dir / "val_scores.json").read_text())["decoding"]["num_beams"] == 1
-    assert (model_dir / "val_hypotheses.txt").is_file() and (
-        model_dir / "scores.json"
-    ).read_text() == job_scores
+    subprocess.run([*command, "--name", "val"], capture_output=True, text=True, cwd=REPO, check=True)
+    assert json.loads((evaluation / "val_scores.json").read_text())["decoding"]["num_beams"] == 1
+    assert (evaluation / "val_hypotheses.txt").is_file()
+    assert (model_dir / "scores.json").read_text() == job_scores and not (
+        model_dir / "val_scores.json"
+    ).exists()
 
 
 def test_final_model_best_is_the_best_dev_checkpoint(shared_data: Path, tmp_path: Path) -> None:
