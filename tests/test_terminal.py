@@ -115,9 +115,8 @@ def test_translations_get_lines_of_their_own_beside_the_progress_bar_on_one_term
     source = tmp_path / "in.en"
     source.write_text("\n".join(SENTENCES[:4]) + "\n", encoding="utf-8")
     controller, terminal = pty.openpty()
-    fcntl.ioctl(
-        terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0)
-    )  # 120 columns: room for the bar
+    # 120 columns: room for the bar
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
     command = [sys.executable, "-m", "vaswani_transformer", "translate", str(random_folder), str(source)]
     process = subprocess.Popen(
         [*command, "--num_beams", "1", "--buffer_lines", "1", "--device", "cpu"],

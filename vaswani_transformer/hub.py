@@ -169,7 +169,7 @@ def read_trained_model(model_dir: str | Path, facts: CardFacts = CardFacts()) ->
     model, tokenizer = load_for_decoding(folder, device="cpu")
     options = _json(folder / "train_options.json") or {}
     origin = read_origin(folder)
-    languages = _recorded_pair(folder, facts, options, origin)
+    languages = _recorded_pair(folder, facts, origin)
     source = (options.get("examples") or ["A man is reading a book."])[0]
     (translation,) = translate([source], model, tokenizer)
     return TrainedModel(
@@ -187,17 +187,13 @@ def read_trained_model(model_dir: str | Path, facts: CardFacts = CardFacts()) ->
     )
 
 
-def _recorded_pair(
-    folder: Path, facts: CardFacts, options: dict[str, Any], origin: Origin | None
-) -> tuple[str, str] | None:
-    """The language pair the card states: the one the push is told, else the folder's (its training options, its
-    original's, its config's `langs`); a ValueError where the push is told another pair than the folder records."""
-    if options.get("source_lang"):
-        recorded = (options["source_lang"], options["target_lang"])
-    elif origin is not None and origin.languages:
-        recorded = tuple(origin.languages)
-    else:
-        recorded = recorded_languages(folder)
+def _recorded_pair(folder: Path, facts: CardFacts, origin: Origin | None) -> tuple[str, str] | None:
+    """The language pair the card states: the one the push is told, else the folder's (`recorded_languages`: its
+    training options or its config's `langs`; else its original's); a ValueError where the push is told another
+    pair than the folder records."""
+    recorded = recorded_languages(folder) or (
+        tuple(origin.languages) if origin and origin.languages else None
+    )
     if facts.languages and recorded and tuple(recorded) != facts.languages:
         raise ValueError(
             f"--source_lang {facts.source_lang} --target_lang {facts.target_lang}, but {folder} records the pair "
@@ -486,9 +482,8 @@ def _write_hub_files(
 ) -> None:
     if destination.exists() and any(destination.iterdir()):
         raise FileExistsError(f"{destination} is not empty: give a new or empty folder for the Hub files.")
-    card = build_model_card(
-        source, repo_id, facts
-    )  # before any file is written: fails on an unreadable folder
+    # before any file is written: fails on an unreadable folder
+    card = build_model_card(source, repo_id, facts)
     with folder_written_whole(destination, choose) as staging:
         _fill_hub_folder(source, staging, card, facts)
 

@@ -43,9 +43,8 @@ def test_a_max_length_of_the_models_own_limits_every_reader(tiny_model, source_b
     assert model_max_length(tiny_model.generation_config) == 200
     assert generated_length(tiny_model, source_batch) == 200
     assert decoding_settings(tiny_model)["max_length"] == 200
-    assert (
-        decoding_defaults(tiny_model, 1024)["max_decoding_length"] == 199
-    )  # CTranslate2 counts no start token
+    # CTranslate2 counts no start token
+    assert decoding_defaults(tiny_model, 1024)["max_decoding_length"] == 199
     assert cache_length(tiny_model, LONGEST_SOURCE, {}) == bucket(201, SHORTEST_CACHE_BUCKET)
 
 

@@ -12,7 +12,7 @@ from transformers import GenerationMixin, StoppingCriteria, StoppingCriteriaList
 
 from tests.conftest import tiny_config
 from vaswani_transformer import VaswaniTransformerForConditionalGeneration
-from vaswani_transformer.decoding.translate import UntilSet
+from vaswani_transformer.decoding.translate import StopWhen
 from vaswani_transformer.modeling import generation_vaswani_transformer
 from vaswani_transformer.modeling.generation_vaswani_transformer import BLOCK, top_continuations
 
@@ -187,13 +187,13 @@ FINAL_SENTENCE_CASES = [(True, 1.3), (False, -1.0), ("never", 0.0)]
 
 @pytest.mark.parametrize(("early_stopping", "length_penalty"), FINAL_SENTENCE_CASES)
 @pytest.mark.parametrize(
-    ("criteria", "leave"), [(None, True), (UntilSet(threading.Event()), True), (EveryStep(), False)]
+    ("criteria", "leave"), [(None, True), (StopWhen(threading.Event().is_set), True), (EveryStep(), False)]
 )
 def test_sentences_whose_beams_are_final_leave_the_batch(
     early_stopping, length_penalty, criteria, leave
 ) -> None:
     """Once a sentence's finished beams can no longer change, the decoder stops computing its rows; every
-    sentence's output is still transformers' search's. So also under translate()'s workers, whose UntilSet answers
+    sentence's output is still transformers' search's. So also under translate()'s workers, whose StopWhen answers
     every row alike; a stopping criterion of the caller's keeps the batch."""
     model = eos_competing_model("sdpa")
     settings = {"num_beams": 4, "max_new_tokens": 12}

@@ -186,9 +186,8 @@ def test_a_client_that_left_holds_no_place_in_the_queue() -> None:
     worker.start()
 
     async def leave_then_ask():
-        gone = asyncio.ensure_future(
-            worker.translate(["a", "b"], ())
-        )  # waits 60 s for company: the queue is full
+        # waits 60 s for company: the queue is full
+        gone = asyncio.ensure_future(worker.translate(["a", "b"], ()))
         await asyncio.sleep(0.1)
         gone.cancel()
         await asyncio.sleep(0.05)

@@ -162,9 +162,8 @@ def test_flags_that_cannot_listen_exit_2_before_the_model_loads(short_folder: Pa
 def test_a_batch_whose_requests_all_timed_out_stops_and_frees_its_worker(trained_run, tmp_path: Path) -> None:
     """A request answered 504 (--request_timeout) left its batch decoding to the end, the worker answering nobody
     meanwhile: now the batch stops at its next step, and the next request is decoded at once."""
-    folder = save_random_model(
-        trained_run.model_dir, tmp_path / "model"
-    )  # decodes every sentence to its limit
+    # random weights decode every sentence to its limit
+    folder = save_random_model(trained_run.model_dir, tmp_path / "model")
     long_request = {"q": [" ".join(["house"] * 300)] * 8, "num_beams": 16, "max_new_tokens": 1000}
     flags = (*PAIR, "--decoding_workers", "1", "--request_timeout", "3", "--max_wait_ms", "0")
     with serving(folder, *flags) as served:

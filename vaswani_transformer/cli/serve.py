@@ -241,11 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = ServeSettings(**{**settings.__dict__, "source": source, "target": target})
     app = create_app(engine, settings, model_name=shown_name(str(args.model)))
     run_server(app, args.host, args.port, args.shutdown_timeout, args.log_level)
-    if (
-        app.state.batcher.decoding
-    ):  # a batch still decoding past --shutdown_timeout, its requests answered 503:
-        logging.shutdown()  # its thread can neither be joined in time nor left running into the interpreter's
-        sys.stdout.flush()  # exit (torch aborts there), so the process ends here
+    # A batch still decoding past --shutdown_timeout, its requests answered 503: its thread can neither be joined
+    # in time nor left running into the interpreter's exit (torch aborts there), so the process ends here.
+    if app.state.batcher.decoding:
+        logging.shutdown()
+        sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
     return 0

@@ -131,9 +131,8 @@ def write_lines(lines: Sequence[str]) -> None:
     to, the free space there and the fix; standard output then points at /dev/null, so that nothing is tried
     again at exit."""
     try:
-        with tqdm.external_write_mode(
-            file=sys.stdout
-        ):  # the progress bar leaves a terminal's line, then returns
+        # the progress bar leaves a terminal's line while the lines are written, then comes back
+        with tqdm.external_write_mode(file=sys.stdout):
             sys.stdout.write("".join(f"{line}\n" for line in lines))
             sys.stdout.flush()
     except OSError as error:

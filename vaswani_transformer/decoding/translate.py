@@ -228,18 +228,18 @@ def workers_within_budget(
     return workers
 
 
-class UntilSet(StoppingCriteria):
-    """generate() stops every sequence at its next step once `event` is set."""
+class StopWhen(StoppingCriteria):
+    """generate() stops every sequence at its next step once `condition()` is true: an event set (`translate`'s
+    workers), every request of a server's batch gone (`serving.batcher`). It answers every row alike, so the
+    search still lets final sentences leave the batch."""
 
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
+    def __init__(self, condition: Callable[[], bool]) -> None:
+        self.condition = condition
 
     def __call__(
         self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
     ) -> torch.BoolTensor:
-        return torch.full(
-            (input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device
-        )
+        return torch.full((input_ids.shape[0],), self.condition(), dtype=torch.bool, device=input_ids.device)
 
 
 def decoded_batches(
@@ -392,7 +392,7 @@ def translate(
         arguments = generate_kwargs
         if stop is not None:
             criteria = StoppingCriteriaList(
-                [*(generate_kwargs.get("stopping_criteria") or ()), UntilSet(stop)]
+                [*(generate_kwargs.get("stopping_criteria") or ()), StopWhen(stop.is_set)]
             )
             arguments = {**generate_kwargs, "stopping_criteria": criteria}
         # no_grad, not inference_mode: autocast keeps its bfloat16 copy of each weight for the whole generate()

@@ -141,9 +141,7 @@ class CTranslate2Translator:
         ]
         lengths = [len(tokens) for tokens in sources]
         batches = length_sorted_batches(lengths, batch_size)
-        if (
-            not limit
-        ):  # each sentence's own limit (§6.1: its source + 50): a batch holds sources of one length
+        if not limit:  # each sentence's own limit (§6.1: its source + 50): a batch of sources of one length
             batches = [list(run) for batch in batches for _, run in groupby(batch, key=lengths.__getitem__)]
         pending = [
             self.translator.translate_batch(

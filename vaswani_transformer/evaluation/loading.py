@@ -81,10 +81,10 @@ def load_for_decoding(
     (an edited config.json) are a ValueError naming both files.
     """
     name = check_model_name(model_dir)
-    if Path(
-        name
-    ).is_dir():  # JSON and safetensors headers only, no code: a config of another model type is named
-        check_saved_files(Path(name))  # as that, not as code to trust
+    # JSON and safetensors headers only, no code: a config of another model type is named as that, not as code
+    # to trust
+    if Path(name).is_dir():
+        check_saved_files(Path(name))
         verify_model_folder(Path(name))
     check_remote_code(name, trust_remote_code)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -238,9 +238,8 @@ class VaswaniTransformerConfig(PreTrainedConfig):
             raise ValueError(f"max_length_offset must be >= 0, got {self.max_length_offset}.")
         if self.position_offset < 0:
             raise ValueError(f"position_offset must be >= 0, got {self.position_offset}.")
-        if (
-            self.is_encoder_decoder is not True
-        ):  # §3: an encoder and a decoder; generate() would drop the encoder
+        # §3: an encoder and a decoder; generate() would drop the encoder
+        if self.is_encoder_decoder is not True:
             raise ValueError(
                 f"is_encoder_decoder must be true for this model, got {self.is_encoder_decoder!r}."
             )

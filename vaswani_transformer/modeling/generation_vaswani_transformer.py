@@ -44,8 +44,7 @@ ROW_WISE_CRITERIA = (
     "EosTokenCriteria",
     "MaxTimeCriteria",
     "OwnOutputLimit",
-    "UntilSet",
-    "WhenAbandoned",
+    "StopWhen",
 )
 
 
@@ -161,9 +160,8 @@ class Request:
     penalty: str
     alpha: float
     early_stopping: bool | str
-    own_max_length: torch.Tensor | None = (
-        None  # (sentences,) each one's limit (§6.1: its source + 50); None: max_length
-    )
+    # (sentences,) each one's limit (§6.1: its source + 50); None: max_length for all
+    own_max_length: torch.Tensor | None = None
 
 
 def start(input_ids: torch.Tensor, request: Request, with_paths: bool) -> Beams:
@@ -587,9 +585,8 @@ class VaswaniTransformerGenerationMixin(GenerationMixin):
         limits += [getattr(generation_config, name, None) for name in ("max_length", "max_new_tokens")]
         limits += [model_settings.max_new_tokens, model_max_length(model_settings)]
         source = inputs if inputs is not None else kwargs.get("input_ids")
-        own_new_tokens = (
-            None  # each sentence's own limit, where the call sets none (§6.1: "input length + 50")
-        )
+        # each sentence's own limit, where the call sets none (§6.1: "input length + 50")
+        own_new_tokens = None
         if all(limit is None for limit in limits) and source is not None:
             mask = kwargs.get("attention_mask")
             lengths = mask.sum(-1) if mask is not None else torch.full((source.shape[0],), source.shape[-1])
@@ -616,9 +613,7 @@ class VaswaniTransformerGenerationMixin(GenerationMixin):
             kwargs["custom_generate"] = partial(
                 paper_beam_search, synced_gpus=synced_gpus, own_new_tokens=own_new_tokens
             )
-        elif (
-            own_new_tokens is not None
-        ):  # greedy search or sampling: a criterion ends each row at its own limit
+        elif own_new_tokens is not None:  # greedy search or sampling: a criterion ends each row at its limit
             prompt = kwargs.get("decoder_input_ids")
             limit = OwnOutputLimit(own_new_tokens, 1 if prompt is None else prompt.shape[-1])
             kwargs["stopping_criteria"] = StoppingCriteriaList(

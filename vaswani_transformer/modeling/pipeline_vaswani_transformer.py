@@ -17,9 +17,8 @@ from transformers import Pipeline
 
 from .configuration_vaswani_transformer import PIPELINE_TASK
 
-Piece = tuple[
-    str, str, str
-]  # a sentence of a paragraph: (white space before it, its text, white space after it)
+# a sentence of a paragraph: (white space before it, its text, white space after it)
+Piece = tuple[str, str, str]
 
 # generate()'s counts that must be at least one, and lengths that must not be negative
 AT_LEAST_ONE = ("num_beams", "num_return_sequences")

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import StoppingCriteriaList
 
 from ..decoding.engine import Engine
-from ..decoding.translate import intra_op_threads
+from ..decoding.translate import StopWhen, intra_op_threads
 
 # Engines whose translate() takes generate()'s stopping criteria (CTranslate2 decodes a batch to its end).
 STOPPABLE_ENGINES = ("torch", "onnxruntime")
@@ -74,20 +74,6 @@ class Job:
         self.remaining = len(self.sentences)
 
 
-class WhenAbandoned(StoppingCriteria):
-    """generate() stops a batch at its next step once every request in it has gone (a timeout, a client that left,
-    the shutdown timeout): nobody waits for its translations, and the worker is free for the next batch."""
-
-    def __init__(self, jobs: Sequence[Job]) -> None:
-        self.jobs = jobs
-
-    def __call__(
-        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
-    ) -> torch.BoolTensor:
-        gone = all(job.abandoned for job in self.jobs)
-        return torch.full((input_ids.shape[0],), gone, dtype=torch.bool, device=input_ids.device)
-
-
 @dataclass
 class Item:
     """One sentence waiting: its job, its place there, its source length in tokens and when it arrived."""
@@ -123,9 +109,8 @@ class Batcher:
         self.engine, self.count_tokens, self.scorer, self.observer = engine, count_tokens, scorer, observer
         self.max_batch_tokens, self.max_batch_sentences = max_batch_tokens, max_batch_sentences
         self.max_wait, self.max_queue = max_wait, max_queue
-        self.max_source_tokens = (
-            max_source_tokens  # the engine's (`Engine.max_source_tokens`); None: no limit
-        )
+        # the engine's (`Engine.max_source_tokens`); None: no limit
+        self.max_source_tokens = max_source_tokens
         self._waiting: deque[Item] = deque()
         self._condition = threading.Condition()
         self._stopping = self._hurrying = False
@@ -273,8 +258,11 @@ class Batcher:
         sources = [item.job.sentences[item.index] for item in batch]
         options = dict(batch[0].job.options)
         if self.engine.name in STOPPABLE_ENGINES:
+            # a batch whose requests have all gone (a timeout, a client that left) stops at its next step
             jobs = list({id(item.job): item.job for item in batch}.values())
-            options["stopping_criteria"] = StoppingCriteriaList([WhenAbandoned(jobs)])
+            options["stopping_criteria"] = StoppingCriteriaList(
+                [StopWhen(lambda: all(job.abandoned for job in jobs))]
+            )
         started = time.monotonic()
         try:
             translations = self.engine.translate(sources, batch_size=len(batch), **options)

@@ -133,9 +133,7 @@ def _torch_file_problem(path: Path) -> str | None:
         zipfile.ZipFile(path).close()
     except (zipfile.BadZipFile, OSError):
         return f"{path} is cut short or damaged (not a whole torch file)"
-    if (
-        path.name == TRAINING_ARGS_FILE
-    ):  # the Trainer writes it (a pickle of its arguments) and never loads it
+    if path.name == TRAINING_ARGS_FILE:  # the Trainer writes this pickle of its arguments, never loads it
         return None
     from transformers.trainer_pt_utils import safe_globals  # the Trainer's own allowlist, imported with it
 
