@@ -135,7 +135,7 @@ class DecoderStepGraph(nn.Module):
         past, cross = caches[: 2 * layers], caches[2 * layers :]
         past_length, new = past[0].shape[2], input_ids.shape[1]
         positions = torch.arange(new, device=input_ids.device) + past_length
-        hidden = self.decoder._add_positions(self.decoder._scaled_embeddings(input_ids, None), positions)
+        hidden = self.decoder.embed(input_ids, positions)
         lowest = torch.finfo(hidden.dtype).min
         # A new position sees every past position and the new ones up to itself: (new, past + new)
         seen = torch.arange(past_length + new, device=input_ids.device) <= positions.unsqueeze(-1)

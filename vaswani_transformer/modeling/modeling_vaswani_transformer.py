@@ -202,12 +202,12 @@ class VaswaniTransformerAttention(nn.Module):
     def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
         return states.unflatten(-1, (self.num_heads, head_dim)).transpose(1, 2)  # (batch, heads, len, dim)
 
-    def _keys_values(
+    def keys_values(
         self, key_value_states: torch.Tensor, past_key_values: Cache | None, is_cross_attention: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V through the decoding cache (transformers' Cache API, as Marian's attention uses it):
         self-attention appends this step's to the cache's; cross-attention's are computed at a generation's first
-        step and read from the cache after."""
+        step and read from the cache after. Without a cache, the keys and values of `key_value_states` alone."""
         cache = past_key_values
         if isinstance(past_key_values, EncoderDecoderCache):
             if is_cross_attention and past_key_values.is_updated.get(self.layer_idx):
@@ -258,7 +258,7 @@ class VaswaniTransformerAttention(nn.Module):
         is_cross_attention = key_value_states is not None
         query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (batch, heads, tgt_len, d_k)
         kv_states = key_value_states if is_cross_attention else hidden_states
-        keys, values = self._keys_values(kv_states, past_key_values, is_cross_attention)
+        keys, values = self.keys_values(kv_states, past_key_values, is_cross_attention)
         grouped = query.shape[0] != keys.shape[0]  # beams sharing their sentence's keys and values
         if grouped:
             query = queries_per_source(query, keys.shape[0])  # (sources, heads, group · tgt_len, d_k)
@@ -472,6 +472,11 @@ class VaswaniTransformerStack(VaswaniTransformerPreTrainedModel):
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         return inputs_embeds * self.embed_scale
+
+    def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """A stack's input for `input_ids` at `position_ids` (each row may stand at its own positions): scaled
+        embeddings plus positional encodings, then dropout (§3.4, §3.5)."""
+        return self._add_positions(self._scaled_embeddings(input_ids, None), position_ids)
 
     def _add_positions(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Embeddings + positional encodings, then dropout (§5.4 "we apply dropout to the sums")."""
