@@ -111,9 +111,21 @@ def test_bad_decoding_arguments_are_named_before_any_decoding(
     assert calls == []
 
 
-def test_translate_refuses_several_translations_per_sentence(model, letter_tokenizer) -> None:
+def test_translate_gives_each_sentence_s_n_best_as_generate_does(model, letter_tokenizer) -> None:
+    """It refused several translations a sentence; the server's LibreTranslate alternatives ask for them."""
+    found = translate(
+        SENTENCES, model, letter_tokenizer, num_beams=3, num_return_sequences=2, dtype=torch.float32
+    )
+    assert len(found) == len(SENTENCES)
+    for sentence, best in zip(SENTENCES, found, strict=True):
+        outputs = model.generate(
+            **letter_tokenizer([sentence], return_tensors="pt"), num_beams=3, num_return_sequences=2
+        )
+        assert best == [
+            text.strip() for text in letter_tokenizer.batch_decode(outputs, skip_special_tokens=True)
+        ]
     with pytest.raises(ValueError, match="num_return_sequences"):
-        translate(SENTENCES, model, letter_tokenizer, num_beams=2, num_return_sequences=2)
+        translate(SENTENCES, model, letter_tokenizer, num_return_sequences=2, split_sentences="en")
 
 
 # What users of transformers 4's translation pipeline bring to this one

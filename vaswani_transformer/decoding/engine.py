@@ -46,10 +46,12 @@ class Engine(Protocol):
                 fits the memory).
             show_progress: a progress bar on standard error.
             on_batch: called with each decoded batch's sentence count.
-            **overrides: decoding settings in `generate()`'s names (num_beams, length_penalty, max_new_tokens …).
+            **overrides: decoding settings in `generate()`'s names (num_beams, length_penalty, max_new_tokens …);
+                `num_return_sequences` n above 1 asks for each text's n best translations.
 
         Returns:
-            One translation per text, in the order of `texts`.
+            One translation per text, in the order of `texts`; with `num_return_sequences` n above 1, each text's n
+            best translations (a list), best first.
         """
 
     def decoding_settings(self, **overrides: Any) -> dict[str, Any]:

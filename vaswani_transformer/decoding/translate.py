@@ -344,17 +344,22 @@ def translate(
             `max_new_tokens=...`).
 
     Returns:
-        The translation of `texts` (a string), or their translations in input order (a list).
+        The translation of `texts` (a string), or their translations in input order (a list); with
+        `num_return_sequences=n` above 1, each text's n best translations instead, best first (a blank text's: n
+        empty ones).
 
     Raises:
-        ValueError: a count below one or a negative length in `generate_kwargs`, or `num_return_sequences` other
-            than 1 (the `vaswani-translation` pipeline returns several).
+        ValueError: a count below one or a negative length in `generate_kwargs`, or `num_return_sequences` above 1
+            with `split_sentences`.
         DecodingBudgetError: a batch that would not fit in the device's free memory.
     """
     options = dict(batch_size=batch_size, show_progress=show_progress, dtype=dtype, workers=workers)
     options.update(on_batch=on_batch, cuda_graphs=cuda_graphs, **generate_kwargs)
     if isinstance(texts, str):
         return translate([texts], model, tokenizer, split_sentences=split_sentences, **options)[0]
+    returned = generate_kwargs.get("num_return_sequences") or 1
+    if split_sentences and returned > 1:
+        raise ValueError("split_sentences gives one translation per text: leave num_return_sequences at 1.")
     if split_sentences:
         language = splitting_language(split_sentences, model.name_or_path)
         return translate_by_sentences(
@@ -363,12 +368,7 @@ def translate(
     check_generate_arguments(generate_kwargs)
     if cuda_graphs:
         check_cuda_graphs(model, generate_kwargs, workers)
-    if generate_kwargs.get("num_return_sequences", 1) != 1:
-        raise ValueError(
-            "translate() gives one translation per source: for several, call the vaswani-translation pipeline "
-            "with num_return_sequences."
-        )
-    results = [""] * len(texts)
+    results: list = [""] * len(texts) if returned == 1 else [[""] * returned for _ in texts]
     # verbose=False: cap_source_lengths says what is cut, in place of the tokenizer's "indexing errors" warning
     encoded = tokenizer(list(texts), add_special_tokens=True, verbose=False)["input_ids"] if texts else []
     sources = [index for index, ids in enumerate(encoded) if has_words(ids, tokenizer)]
@@ -400,7 +400,10 @@ def translate(
         with torch.no_grad(), autocast_to(precision, model.dtype, model.device):
             generate = partial(bucketed_generate, model) if cuda_graphs else model.generate
             outputs = generate(**inputs.to(model.device), **arguments)
-        return [text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]
+        decoded = [text.strip() for text in tokenizer.batch_decode(outputs, skip_special_tokens=True)]
+        if returned == 1:
+            return decoded
+        return [decoded[start : start + returned] for start in range(0, len(decoded), returned)]
 
     was_training = model.training
     model.eval()

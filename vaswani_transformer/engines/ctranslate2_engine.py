@@ -28,6 +28,7 @@ CTRANSLATE2_NAMES = {
     "num_beams": "beam_size",
     "length_penalty": "length_penalty",
     "max_new_tokens": "max_decoding_length",
+    "num_return_sequences": "num_hypotheses",
 }
 
 
@@ -134,6 +135,7 @@ class CTranslate2Translator:
             return []
         options = {**self.decoding, **ctranslate2_options(overrides)}
         offset, limit = options.pop("max_length_offset"), options.pop("max_decoding_length", None)
+        returned = options.get("num_hypotheses", 1)
         encoded = self.tokenizer(list(texts), verbose=False)["input_ids"]
         sources = [
             self.tokenizer.convert_ids_to_tokens(ids)
@@ -154,17 +156,20 @@ class CTranslate2Translator:
             )
             for batch in batches
         ]
-        outputs: list[list[str]] = [[] for _ in sources]
+        outputs: list[list[str]] = [[] for _ in sources]  # each source's hypotheses, one after the other
         progress = tqdm(total=len(batches), desc="translating", unit="batch", disable=not show_progress)
         with progress:
             for batch, results in zip(batches, pending, strict=True):
                 for index, result in zip(batch, results, strict=True):
-                    outputs[index] = result.result().hypotheses[0]
+                    outputs[index] = result.result().hypotheses[:returned]
                 progress.update()
                 if on_batch is not None:
                     on_batch(len(batch))
-        ids = [self.tokenizer.convert_tokens_to_ids(tokens) for tokens in outputs]
-        return [text.strip() for text in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
+        ids = [self.tokenizer.convert_tokens_to_ids(tokens) for found in outputs for tokens in found]
+        texts = [text.strip() for text in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
+        if returned == 1:
+            return texts
+        return [texts[start : start + returned] for start in range(0, len(texts), returned)]
 
 
 class CTranslate2Engine:
