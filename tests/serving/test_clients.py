@@ -98,9 +98,12 @@ def test_the_native_api_decodes_with_the_request_s_options_and_scores_each_sente
 
 
 def test_requests_sent_together_are_decoded_together_and_each_gets_its_own(server: Served, engine) -> None:
-    """A sentence's translation does not depend on the batch it shares (each sentence's own output limit, §6.1);
-    here the limit is fixed (max_new_tokens) to keep the decoding short."""
-    batches_before = server.metric("vaswani_batch_sentences_count")
+    """A sentence's translation does not depend on the sentences it decodes beside (each sentence's own output limit,
+    §6.1); here the limit is fixed (max_new_tokens) to keep the decoding short."""
+    steps_before, sentences_before = (
+        server.metric("vaswani_batch_sentences_count"),
+        server.metric("vaswani_batch_sentences_sum"),
+    )
     answers: dict[int, str] = {}
     start = threading.Barrier(5)
 
@@ -116,7 +119,8 @@ def test_requests_sent_together_are_decoded_together_and_each_gets_its_own(serve
     for thread in threads:
         thread.join(timeout=120)
     assert answers == dict(enumerate(engine.translate(SENTENCES[:5], max_new_tokens=10)))
-    assert server.metric("vaswani_batch_sentences_count") - batches_before < 5  # some shared a batch
+    steps = server.metric("vaswani_batch_sentences_count") - steps_before
+    assert server.metric("vaswani_batch_sentences_sum") - sentences_before > steps  # some shared their steps
 
 
 LONG = "a " * 2100
@@ -126,7 +130,7 @@ REFUSALS = {
     "q of a wrong type": ("/translate", {"json": {"q": 3, "source": "en", "target": "de"}}, 400, "q must be a string"),
     "no q": ("/translate", {"json": {"source": "en", "target": "de"}}, 400, "missing q"),
     "another pair": ("/translate", {"json": {"q": "Hi.", "source": "fr", "target": "de"}}, 400, "translates en to de only"),
-    "html": ("/translate", {"json": {"q": "Hi.", "format": "html"}}, 400, "text only"),
+    "a format not translated": ("/translate", {"json": {"q": "Hi.", "format": "xml"}}, 400, "not supported"),
     "a large body": ("/translate", {"json": {"q": LONG}}, 413, "--max_body_bytes"),
     "many characters": ("/translate", {"json": {"q": "b" * 1001}}, 413, "--max_characters"),
     "many sentences": ("/translate", {"json": {"q": ["No."] * 9}}, 413, "--max_sentences"),
@@ -158,3 +162,91 @@ def test_health_readiness_metrics_and_the_api_s_pages(server: Served) -> None:
     schema = httpx.get(f"{server.url}/openapi.json").json()
     body = schema["paths"]["/v1/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert "num_beams" in json.dumps(body)
+
+
+# LibreTranslate's API in full, as its clients use it
+
+
+def test_detect_and_auto_name_the_language_and_refuse_one_that_is_not_the_model_s(
+    server: Served, engine
+) -> None:
+    """`/detect` answered 404, and source "auto" translated German as if it were English."""
+    api = LibreTranslateAPI(server.url)
+    detected = api.detect("Ich liebe dich. Wo ist der Bahnhof?")
+    assert detected[0]["language"] == "de" and 50 < detected[0]["confidence"] <= 100
+    assert [item["confidence"] for item in detected] == sorted(
+        (item["confidence"] for item in detected), reverse=True
+    )
+    assert api.translate(SENTENCES[1], "auto", "de") == engine.translate([SENTENCES[1]])[0]
+    answer = httpx.post(f"{server.url}/translate", json={"q": SENTENCES[1], "source": "auto", "target": "de"})
+    assert answer.json()["detectedLanguage"]["language"] == "en"
+    both = httpx.post(f"{server.url}/translate", json={"q": SENTENCES[:2], "source": "auto", "target": "de"})
+    assert [found["language"] for found in both.json()["detectedLanguage"]] == ["en", "en"]
+    german = httpx.post(
+        f"{server.url}/translate", json={"q": "Ich liebe dich.", "source": "auto", "target": "de"}
+    )
+    assert german.status_code == 400
+    assert "reads as de" in german.json()["error"] and "en to de" in german.json()["error"]
+
+
+def test_alternatives_are_the_beam_s_other_hypotheses(server: Served, engine) -> None:
+    """`alternatives` was ignored."""
+    body = {"q": SENTENCES[2], "source": "en", "target": "de", "alternatives": 2}
+    answer = httpx.post(f"{server.url}/translate", json=body, timeout=60).json()
+    # three hypotheses from three beams (the server decodes greedily, but two alternatives need three)
+    best, *others = engine.translate([SENTENCES[2]], num_beams=3, num_return_sequences=3)[0]
+    assert answer["translatedText"] == best
+    assert answer["alternatives"] == [text for text in dict.fromkeys(others) if text != best]
+    listed = httpx.post(
+        f"{server.url}/translate", json={**body, "q": [SENTENCES[2], "No."]}, timeout=60
+    ).json()
+    assert listed["translatedText"][0] == best and listed["alternatives"][0] == answer["alternatives"]
+    too_many = httpx.post(f"{server.url}/translate", json={**body, "alternatives": 6})
+    assert too_many.status_code == 400 and "--max_beams" in too_many.json()["error"]
+    not_a_count = httpx.post(f"{server.url}/translate", data={"q": "Hi.", "alternatives": "two"})
+    assert not_a_count.status_code == 400 and "alternatives" in not_a_count.json()["error"]
+
+
+def test_html_has_its_text_nodes_translated_and_its_markup_kept(server: Served, engine) -> None:
+    """`format: "html"` was refused."""
+    html = (
+        f'<p class="x">{SENTENCES[0]} <b>{SENTENCES[3]}</b></p><!-- {SENTENCES[1]} -->'
+        f'<script>var s = "{SENTENCES[2]}";</script><p translate="no">{SENTENCES[2]}</p><br>'
+    )
+    body = {"q": html, "source": "en", "target": "de", "format": "html"}
+    answer = httpx.post(f"{server.url}/translate", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    first, second = engine.translate([SENTENCES[0], SENTENCES[3]])
+    assert answer.json()["translatedText"] == (
+        f'<p class="x">{first} <b>{second}</b></p><!-- {SENTENCES[1]} -->'
+        f'<script>var s = "{SENTENCES[2]}";</script><p translate="no">{SENTENCES[2]}</p><br/>'
+    )
+
+
+def test_the_settings_libretranslate_s_web_clients_read_and_the_routes_this_server_has_off(
+    server: Served,
+) -> None:
+    settings = httpx.get(f"{server.url}/frontend/settings").json()
+    assert settings["language"] == {
+        "source": {"code": "en", "name": "English"},
+        "target": {"code": "de", "name": "German"},
+    }
+    assert (
+        settings["charLimit"] == 1000
+        and settings["keyRequired"] is False
+        and settings["suggestions"] is False
+    )
+    assert settings["supportedFilesFormat"] == []
+    for route in ("/suggest", "/translate_file"):
+        answer = httpx.post(f"{server.url}{route}", data={"q": "Hi.", "s": "Hallo."})
+        assert answer.status_code == 403 and "disabled on this server" in answer.json()["error"]
+
+
+def test_the_client_calls_docs_serving_shows_work_verbatim(server: Served, capsys) -> None:
+    """deep-translator's trailing slash and API key were undocumented; the block runs as the page shows it."""
+    page = (Path(__file__).parents[2] / "docs" / "serving.md").read_text(encoding="utf-8")
+    block = page.split("LibreTranslate's own Python clients")[1].split("```python\n")[1].split("```")[0]
+    exec(compile(block.replace("http://127.0.0.1:8000", server.url), "docs/serving.md", "exec"), {})  # noqa: S102
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 5 and "'language': 'de'" in printed[2]
+    assert printed[3] == str([{"code": "en", "name": "English", "targets": ["de"]}])

@@ -23,53 +23,57 @@ from tests.serving.server_process import (
 
 pytestmark = pytest.mark.slow  # server processes (fresh interpreters loading a model)
 
-PAIR = ("--source_lang", "en", "--target_lang", "de")
 GREEDY = ("--num_beams", "1")
 
 
-def test_a_full_queue_answers_503_and_recovers_and_a_client_that_goes_away_is_dropped(
-    random_folder: Path,
-) -> None:
-    # sentences wait 2 s for company, so the queue fills before they decode
-    with serving(random_folder, *PAIR, *GREEDY, "--max_queue", "4", "--max_wait_ms", "2000") as server:
+# The small sample model's random weights do not end a sentence: each decodes to its limit, here 300 tokens.
+LONG = {"max_new_tokens": 300}
+
+
+def test_a_full_queue_answers_503_and_recovers_and_a_client_that_goes_away_is_dropped(tmp_path: Path) -> None:
+    # one sentence decodes at a time (--batch_size 1), so the others wait
+    folder = sample_folder(tmp_path / "model")
+    with serving(folder, *GREEDY, "--max_queue", "4", "--batch_size", "1") as server:
         answers: list = []
-        first = post_in_thread(f"{server.url}/v1/translate", {"q": SENTENCES[:3], "num_beams": 1}, answers)
-        until(lambda: server.metric("vaswani_queue_sentences") == 3)
-        full = httpx.post(f"{server.url}/v1/translate", json={"q": SENTENCES[3:5]}, timeout=60)
+        first = post_in_thread(f"{server.url}/v1/translate", {"q": SENTENCES[:3], **LONG}, answers)
+        until(lambda: server.metric("vaswani_queue_sentences") == 2)  # one decoding, two waiting
+        full = httpx.post(f"{server.url}/v1/translate", json={"q": SENTENCES[2:5]}, timeout=60)
         assert full.status_code == 503, full.text
         assert "--max_queue" in full.json()["error"] and full.headers["retry-after"] == "1"
-        first.join(timeout=120)
+        first.join(timeout=300)
         assert [answer.status_code for answer in answers] == [200]
-        again = httpx.post(f"{server.url}/v1/translate", json={"q": SENTENCES[3:5]}, timeout=120)
+        again = httpx.post(f"{server.url}/v1/translate", json={"q": SENTENCES[2:5]}, timeout=300)
         assert again.status_code == 200, again.text  # recovered
 
         decoded = server.metric("vaswani_sentences_total")
-        body = b'{"q": ["I love you.", "No."]}'
+        body = b'{"q": ["I love you.", "No.", "Hi."], "max_new_tokens": 300}'
         with socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1]))) as client:
             client.sendall(
                 b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 + f"Content-Length: {len(body)}\r\n\r\n".encode()
                 + body
             )
-            until(lambda: server.metric("vaswani_queue_sentences") == 2)
-        until(lambda: server.metric("vaswani_dropped_sentences_total") == 2)  # dropped, not decoded
+            until(lambda: server.metric("vaswani_queue_sentences") == 2)  # one decoding, two waiting
+        # dropped, not decoded: the two waiting, and the one decoding at its next step
+        until(lambda: server.metric("vaswani_dropped_sentences_total") == 3)
         assert server.metric("vaswani_sentences_total") == decoded
         assert httpx.get(f"{server.url}/ready").status_code == 200
 
 
-def test_api_keys_rates_and_the_request_timeout(random_folder: Path, tmp_path: Path) -> None:
+def test_api_keys_rates_and_the_request_timeout(tmp_path: Path) -> None:
+    folder = sample_folder(tmp_path / "model")
     keys = tmp_path / "keys.txt"
     keys.write_text("# key, then its requests per minute\nslow-key 2\nfast-key\n", encoding="utf-8")
-    # a lone sentence waits 60 s for company, longer than the 5 s a request may take: it times out; 4 sentences
-    # fill the 16-token batch and decode at once
-    flags = (*PAIR, *GREEDY, "--api_keys", str(keys), "--request_timeout", "5", "--max_wait_ms", "60000")
-    with serving(random_folder, *flags, "--max_batch_tokens", "16") as server:
+    flags = (*GREEDY, "--api_keys", str(keys), "--request_timeout", "5")
+    # 16 beams of 8 sentences to 1,000 tokens: far longer than the 5 s a request may take
+    slow = {"q": ["I love you."] * 8, "num_beams": 16, "max_new_tokens": 1000, "api_key": "slow-key"}
+    with serving(folder, *flags) as server:
         url = f"{server.url}/translate"
         assert httpx.post(url, json={"q": "Hi."}).status_code == 403
         wrong = httpx.post(url, json={"q": "Hi.", "api_key": "fast-kez"})
         assert wrong.status_code == 403 and wrong.json() == {"error": "Invalid API key."}
         for _ in range(2):
-            timed_out = httpx.post(url, json={"q": "Hi.", "api_key": "slow-key"}, timeout=60)
+            timed_out = httpx.post(f"{server.url}/v1/translate", json=slow, timeout=60)
             assert timed_out.status_code == 504 and "--request_timeout" in timed_out.json()["error"]
         limited = httpx.post(url, json={"q": "Hi.", "api_key": "slow-key"})
         assert limited.status_code == 429 and int(limited.headers["retry-after"]) > 0
@@ -78,6 +82,7 @@ def test_api_keys_rates_and_the_request_timeout(random_folder: Path, tmp_path: P
             f"{server.url}/v1/translate", json=body, headers={"Authorization": "Bearer fast-key"}, timeout=60
         )
         assert native.status_code == 200, native.text
+        assert server.metric("vaswani_dropped_sentences_total") == 16  # the timed-out requests' sentences
 
 
 @pytest.mark.parametrize(

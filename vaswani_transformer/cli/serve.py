@@ -1,11 +1,18 @@
-r"""Serve a trained model over HTTP: LibreTranslate's API (POST /translate, GET /languages), so that its clients
-work unchanged, a native API with decoding options and per-sentence scores (POST /v1/translate), GET /health,
-GET /ready, GET /metrics (Prometheus) and the API's pages at /docs.
+r"""Serve a trained model over HTTP: LibreTranslate's API (POST /translate, POST /detect, GET /languages,
+GET /frontend/settings), so that its clients work unchanged, a native API with decoding options and per-sentence
+scores (POST /v1/translate), GET /health, GET /ready, GET /metrics (Prometheus), the API's pages at /docs and a
+web page at /.
 
-Sentences of requests that arrive together are decoded together: the oldest waits at most --max_wait_ms for
-others, and one batch holds at most --max_batch_tokens padded source tokens; --decoding_workers batches decode at
-once (default: two on a multi-core CPU, one on a GPU), on worker threads, so the server answers while it decodes.
-LibreTranslate's API translates a paragraph sentence by sentence and joins the translations with the paragraph's own spacing (the native API with "split_sentences": true).
+The model decodes in a process of its own beside the HTTP one, so that decoding never holds up the server's
+answers. Under --engine torch the sentences of all requests decode in flight: they join the running beam search
+at its next step boundaries and leave it as soon as they are done, so none waits for another to end; the search
+holds at most --batch_size sentences and --max_batch_tokens padded source tokens. Under --engine ctranslate2 and
+onnxruntime a free worker decodes what waits in one batch (after at most --max_wait_ms for company);
+--decoding_workers decode at once (default: one in flight; two batches on a multi-core CPU, one on a GPU). Each
+sentence's output limit is its own (§6.1), so what decodes beside it does not change its translation.
+LibreTranslate's API translates a text sentence by sentence and joins the translations with the text's own spacing
+(the native API with "split_sentences": true); source "auto" detects the language, "format": "html" translates
+an HTML text's text nodes and keeps its markup, "alternatives" returns the beam's other hypotheses.
 Decoding is the model's (the paper's §6.1) unless --num_beams or --length_penalty say otherwise; a native request
 may set its own.
 
@@ -31,7 +38,6 @@ import argparse
 import errno
 import ipaddress
 import logging
-import os
 import re
 import socket
 import sys
@@ -82,13 +88,20 @@ def build_parser() -> argparse.ArgumentParser:
         server, "target_lang", str, None, "the model's target language code (default: as its folder records)"
     )
     _flag(limits, "max_batch_tokens", int, 4096, "padded source tokens per decoded batch (default 4096)")
-    _flag(limits, "max_wait_ms", finite_float, 5.0, "how long a sentence waits for others to batch with (ms)")
+    _flag(
+        limits,
+        "max_wait_ms",
+        finite_float,
+        0.0,
+        "how long a sentence waits for others to batch with (ms; --engine ctranslate2 and onnxruntime)",
+    )
     _flag(
         limits,
         "decoding_workers",
         int,
         None,
-        "batches that decode at once (default: 2 on a multi-core CPU, 1 on a GPU)",
+        "searches or batches that decode at once (default: one search in flight; two batches on a multi-core "
+        "CPU, one on a GPU)",
     )
     _flag(limits, "max_body_bytes", int, DEFAULTS.max_body_bytes, "largest request body in bytes")
     _flag(limits, "max_characters", int, DEFAULTS.max_characters, "most characters of text per request")
@@ -219,33 +232,41 @@ def shown_name(model: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Load the model (exit 2 if it does not load), then serve until a signal; 0 after a graceful end."""
+    """Start the decoding process (exit 2 if the model does not load), then serve until a signal; 0 after a
+    graceful end."""
     args, settings = parse_args(argv)
     try:
         check_extra("serve", "vaswani-serve")
     except MissingExtra as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    from ..engines.load import load_engine
     from ..serving.app import create_app
+    from ..serving.decoder import Decoder
+    from ..serving.metrics import ServerMetrics
     from ..serving.server import run_server
 
     try:
         check_address(args.host, args.port)
         source, target = language_pair(args)
-        engine = load_engine(args.model, args.engine_options)
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     log_to_stderr(args.log_level, "%(levelname)s:%(name)s:%(message)s")
     settings = ServeSettings(**{**settings.__dict__, "source": source, "target": target})
-    app = create_app(engine, settings, model_name=shown_name(str(args.model)))
+    metrics = ServerMetrics()
+    decoder = Decoder(str(args.model), args.engine_options, settings, metrics, args.log_level)
+    try:
+        ready = decoder.start()
+    except (RuntimeError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    logging.getLogger(__name__).info(
+        "%s engine, decoding %s on %d worker(s) in process %d",
+        ready.engine,
+        ready.policy,
+        ready.workers,
+        decoder.process_id,
+    )
+    app = create_app(decoder, settings, metrics, model_name=shown_name(str(args.model)))
     run_server(app, args.host, args.port, args.shutdown_timeout, args.log_level)
-    # A batch still decoding past --shutdown_timeout, its requests answered 503: its thread can neither be joined
-    # in time nor left running into the interpreter's exit (torch aborts there), so the process ends here.
-    if app.state.batcher.decoding:
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
     return 0

@@ -1,11 +1,13 @@
-"""`vaswani-serve`: a model behind HTTP, with LibreTranslate's API and a native one, dynamic batching, limits,
-metrics and a graceful end (docs/serving.md).
+"""`vaswani-serve`: a model behind HTTP, with LibreTranslate's API and a native one, decoding in a process of its
+own, in-flight batching, limits, metrics and a graceful end (docs/serving.md).
 
-- `app`: the routes (`create_app`, `ServeSettings`); `parsing`: request bodies; `limits`: limits, API keys and
-  rates; `batcher`: the decoding worker that batches sentences of many requests; `scores`: per-sentence scores;
-  `metrics`: Prometheus; `server`: uvicorn and the signals.
-- Sentences are split by `decoding.sentences`, shared with `vaswani-translate
-  --split_sentences` and `translate(..., split_sentences=True)`.
+The HTTP process: `app` (the routes, `create_app`), `libretranslate` (LibreTranslate's routes), `page` (the web page),
+`parsing` (request bodies), `limits` (limits, API keys and rates), `languages` (language detection), `html` (HTML
+texts' text nodes), `metrics` (Prometheus), `server` (uvicorn and the signals) and `decoder` (its handle on the
+decoding process). The decoding process: `decoding_process` (its life), `batcher` (the requests' sentences decoded
+together: in flight, or a batch at a time) and `scores` (per-sentence scores). Between them: `messages`. Sentences
+are split by `decoding.sentences`, shared with `vaswani-translate --split_sentences` and `translate(...,
+split_sentences=True)`.
 """
 
 import lazy_loader

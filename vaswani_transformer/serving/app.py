@@ -1,6 +1,6 @@
-"""The server's HTTP routes (FastAPI): LibreTranslate's `POST /translate` and `GET /languages`, the native
-`POST /v1/translate`, `GET /health`, `GET /ready`, `GET /metrics`, the OpenAPI page at `/docs`, and the web page
-at `/` (`page`).
+"""The server's HTTP routes (FastAPI): LibreTranslate's (`libretranslate`), the native `POST /v1/translate`,
+`GET /health`, `GET /ready`, `GET /metrics`, the OpenAPI pages at `/docs` (their assets from the installed package,
+no CDN), and the web page at `/` (`page`). The decoding happens in the decoding process (`decoder.Decoder`).
 
 Every refusal is JSON, `{"error": "..."}` as LibreTranslate answers, never a traceback. No route reads or
 writes a file named by a request.
@@ -14,38 +14,38 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
-from ..card_text import LANGUAGE_NAMES
-from ..decoding.engine import Engine
 from ..decoding.sentences import Sentence, join_sentences, split_sentences
-from ..decoding.translate import decoding_workers
 from ..values import check_length_penalty
-from .batcher import Batcher, Options, QueueFull, SentenceTooLong
-from .limits import ApiError, ApiKeys, RateLimiter
+from .decoder import Decoder
+from .languages import detect_languages
+from .libretranslate import add_libretranslate
+from .limits import Access, ApiError
+from .messages import DecodingFailed, Options, QueueFull, SentenceTooLong
 from .metrics import ServerMetrics
 from .page import add_page
-from .parsing import NativeRequest, libretranslate_fields, native_request
-from .scores import sentence_scores
+from .parsing import NativeRequest, check_pair, native_request
 from .settings import ServeSettings
 
 logger = logging.getLogger(__name__)
 ENDPOINTS = (
     "/",
     "/translate",
+    "/detect",
     "/languages",
+    "/frontend/settings",
     "/v1/translate",
     "/v1/attention",
     "/health",
     "/ready",
     "/metrics",
 )
-WARM_UP = "Hello."
 ALWAYS_ANSWERED = ("/health", "/ready", "/metrics")  # also while the server drains
 
 
@@ -95,34 +95,71 @@ class Guard:
             self.metrics.answered(endpoint, status, time.monotonic() - started)
 
 
-class Translation:
-    """Texts through the batcher: split into sentences where asked, with the limits, the timeout and a client
-    that goes away handled; each text's translation joined back, and each sentence's score."""
+@dataclass
+class Paragraph:
+    """A text as translated: its sentences, each sentence's hypotheses (best first) and score."""
 
-    def __init__(self, batcher: Batcher, settings: ServeSettings, state: ServerState) -> None:
-        self.batcher, self.settings, self.state = batcher, settings, state
+    sentences: list[Sentence]
+    hypotheses: list[list[str]]
+    scores: list[float | None]
+
+    @property
+    def translation(self) -> str:
+        """The best translation, joined back with the text's own spacing."""
+        return join_sentences(self.sentences, [found[0] for found in self.hypotheses])
+
+    def alternatives(self, count: int) -> list[str]:
+        """Up to `count` other translations, best first: the sentences' next hypotheses, joined (a sentence with
+        fewer keeps its best), each unlike the translation and the others, as LibreTranslate answers."""
+        best, found = self.translation, []
+        for rank in range(1, 1 + count):
+            text = join_sentences(
+                self.sentences, [hypotheses[min(rank, len(hypotheses) - 1)] for hypotheses in self.hypotheses]
+            )
+            if text != best and text not in found:
+                found.append(text)
+        return found
+
+
+class Translation:
+    """Texts through the decoding process: split into sentences where asked, with the limits, the timeout and a
+    client that goes away handled; each text's translation joined back, with its sentences' hypotheses and scores."""
+
+    def __init__(self, decoder: Decoder, settings: ServeSettings, state: ServerState) -> None:
+        self.decoder, self.settings, self.state = decoder, settings, state
 
     async def run(
-        self, request: Request, texts: list[str], split: bool, options: Options, scores: bool = False
-    ) -> list[tuple[list[Sentence], list[str], list[float | None]]]:
+        self,
+        request: Request,
+        texts: list[str],
+        split: bool,
+        options: Options,
+        *,
+        scores: bool = False,
+        n_best: int = 1,
+        want_settings: bool = False,
+    ) -> tuple[list[Paragraph], dict[str, Any] | None]:
         paragraphs = [
             split_sentences(text, self.settings.source) if split else [Sentence(text)] for text in texts
         ]
         self.settings.limits.check_text(texts, sum(len(sentences) for sentences in paragraphs))
         flat = [sentence.text for sentences in paragraphs for sentence in sentences]
-        translations, flat_scores = await self._translate(request, flat, options, scores)
+        work = self.decoder.translate(flat, options, scores, n_best, want_settings)
+        translated = await self._within_limits(request, work)
         results, start = [], 0
         for sentences in paragraphs:
             end = start + len(sentences)
-            results.append((sentences, translations[start:end], flat_scores[start:end]))
+            results.append(
+                Paragraph(sentences, translated.hypotheses[start:end], translated.scores[start:end])
+            )
             start = end
-        return results
+        return results, translated.settings
 
-    async def _translate(
-        self, request: Request, sentences: list[str], options: Options, scores: bool
-    ) -> tuple[list[str], list[float | None]]:
+    async def _within_limits(self, request: Request, work: Awaitable[Any]) -> Any:
+        """`work`'s result; 504 past --request_timeout, 499 for a client gone, 503 when the server's shutdown
+        timeout runs out first (the work is abandoned in all three)."""
         timeout = self.settings.limits.request_timeout
-        work = asyncio.ensure_future(self.batcher.translate(sentences, options, scores))
+        work = asyncio.ensure_future(work)
         gone = asyncio.ensure_future(_disconnected(request))
         out_of_time = asyncio.ensure_future(self.state.out_of_time.wait())
         try:
@@ -174,52 +211,34 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-def default_workers(engine: Engine) -> int:
-    """Batches that decode at once unless told: as many as `translate()` decodes at once on the engine's device
-    (two on a multi-core CPU, one on a GPU)."""
-    if engine.name == "ctranslate2":
-        on_cpu = engine.translator.translator.device == "cpu"
-    else:
-        on_cpu = engine.model.device.type == "cpu"
-    return decoding_workers(torch.device("cpu" if on_cpu else "cuda"), batches=2)
-
-
-def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model") -> FastAPI:
-    """The server for `engine`, which translates `settings.source` into `settings.target`."""
-    state, metrics = ServerState(), ServerMetrics()
-    batcher = Batcher(
-        engine,
-        lambda text: len(engine.tokenizer(text)["input_ids"]),
-        max_batch_tokens=settings.max_batch_tokens,
-        max_batch_sentences=settings.max_batch_sentences,
-        max_wait=settings.max_wait,
-        max_queue=settings.limits.max_queue,
-        observer=metrics,
-        scorer=lambda sources, translations: sentence_scores(engine, sources, translations),
-        workers=settings.decoding_workers or default_workers(engine),
-        max_source_tokens=engine.max_source_tokens,
-    )
-    translation = Translation(batcher, settings, state)
-    keys = ApiKeys(settings.api_keys) if settings.api_keys else None
-    limiter = RateLimiter()
+def create_app(
+    decoder: Decoder, settings: ServeSettings, metrics: ServerMetrics, model_name: str = "model"
+) -> FastAPI:
+    """The server in front of `decoder` (started: its engine loaded), which translates `settings.source` into
+    `settings.target`."""
+    state = ServerState()
+    translation = Translation(decoder, settings, state)
+    access = Access(settings.api_keys, settings.requests_per_minute)
+    ready = decoder.ready
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        batcher.start()
-        await batcher.translate([WARM_UP], _options(settings.defaults))
+        # the first request must not pay for loading the sentence splitter and the language identifier
+        split_sentences("Hello. Goodbye.", settings.source)
+        detect_languages(["Hello."])
         state.ready = True
         yield
         state.ready = False
         # past --shutdown_timeout, a batch still decoding (every request of it answered 503) does not hold the exit
-        await asyncio.to_thread(batcher.stop, 0 if state.out_of_time.is_set() else None)
+        await asyncio.to_thread(decoder.stop, 0 if state.out_of_time.is_set() else None)
 
-    app = FastAPI(
+    app = FastAPIOffline(
         title="vaswani-serve",
         summary=f"{model_name}: {settings.source}→{settings.target} translation",
         lifespan=lifespan,
     )
     app.state.server = state
-    app.state.batcher = batcher
+    app.state.decoder = decoder
 
     @app.exception_handler(ApiError)
     async def refused(request: Request, error: ApiError) -> JSONResponse:
@@ -231,56 +250,16 @@ def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model
             {"error": str(error.detail)}, status_code=error.status_code, headers=error.headers
         )
 
+    @app.exception_handler(DecodingFailed)
+    async def decoding_failed(request: Request, error: DecodingFailed) -> JSONResponse:
+        if decoder.ended is not None:
+            return JSONResponse({"error": f"The server cannot translate: {error}."}, status_code=503)
+        return JSONResponse({"error": f"The translation failed: {error}"}, status_code=500)
+
     @app.exception_handler(Exception)
     async def failed(request: Request, error: Exception) -> JSONResponse:
         logger.exception("request failed")
         return JSONResponse({"error": f"The translation failed: {error}"}, status_code=500)
-
-    def admit(request: Request, presented: str | None) -> None:
-        """403 without a valid key (when the server has keys), 429 over the client's rate."""
-        header = request.headers.get("authorization", "")
-        presented = presented or (header[7:].strip() if header.lower().startswith("bearer ") else None)
-        if keys is not None:
-            key, rate = keys.match(presented)
-            limiter.check(f"key:{key}", rate or settings.requests_per_minute)
-        else:
-            limiter.check(
-                f"address:{request.client.host if request.client else ''}", settings.requests_per_minute
-            )
-
-    def check_pair(source: Any, target: Any) -> None:
-        for name, value in (("source", source), ("target", target)):
-            if value is not None and not isinstance(value, str):
-                raise ApiError(
-                    400, f"Invalid request: {name} must be a language code, got {type(value).__name__}."
-                )
-        if source not in (None, "auto", settings.source) or target not in (None, settings.target):
-            raise ApiError(
-                400,
-                f"This model translates {settings.source} to {settings.target} only (source "
-                f"{settings.source!r}, target {settings.target!r}); got source {source!r}, target {target!r}.",
-            )
-
-    @app.post("/translate", summary="Translate (LibreTranslate's API)")
-    async def libretranslate(request: Request) -> JSONResponse:
-        """LibreTranslate's `POST /translate`: `q` (a text or a list), `source`, `target`, `format` "text",
-        `api_key`; as JSON, a form or the query string. Paragraphs are translated sentence by sentence."""
-        fields = await libretranslate_fields(request, settings.limits)
-        admit(request, _optional_text(fields, "api_key"))
-        texts = _texts(fields.get("q"), "q")
-        check_pair(fields.get("source"), fields.get("target"))
-        if fields.get("format", "text") != "text":
-            raise ApiError(
-                400, f'format {fields["format"]!r}: this server translates text only (format "text").'
-            )
-        results = await translation.run(request, texts, True, _options(settings.defaults))
-        joined = [join_sentences(sentences, translations) for sentences, translations, _ in results]
-        return JSONResponse({"translatedText": joined if isinstance(fields["q"], list) else joined[0]})
-
-    @app.get("/languages", summary="The model's language pair (LibreTranslate's API)")
-    async def languages() -> list[dict[str, Any]]:
-        name = LANGUAGE_NAMES.get(settings.source, settings.source)
-        return [{"code": settings.source, "name": name, "targets": [settings.target]}]
 
     @app.post(
         "/v1/translate",
@@ -296,28 +275,32 @@ def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model
         """Texts (`q`), decoding options as `vaswani-translate`'s, and `split_sentences`; each translation comes
         with its sentences, each with its score (mean token log-probability)."""
         body = await native_request(request, settings.limits)
-        admit(request, body.api_key)
-        check_pair(body.source, body.target)
-        options = _native_options(body, settings, engine.max_source_tokens)
+        access.admit(request, body.api_key)
+        check_pair(settings, body.source, body.target)
+        options = _native_options(body, settings, ready.max_source_tokens)
         texts = [body.q] if isinstance(body.q, str) else body.q
-        results = await translation.run(request, texts, body.split_sentences, options, body.scores)
+        results, used = await translation.run(
+            request, texts, body.split_sentences, options, scores=body.scores, want_settings=True
+        )
         return JSONResponse(
             {
                 "translations": [
                     {
-                        "translation": join_sentences(sentences, translations),
+                        "translation": paragraph.translation,
                         "sentences": [
                             {
                                 "source": sentence.text,
-                                "translation": text,
+                                "translation": hypotheses[0],
                                 **({"score": score} if body.scores else {}),
                             }
-                            for sentence, text, score in zip(sentences, translations, scores, strict=True)
+                            for sentence, hypotheses, score in zip(
+                                paragraph.sentences, paragraph.hypotheses, paragraph.scores, strict=True
+                            )
                         ],
                     }
-                    for sentences, translations, scores in results
+                    for paragraph in results
                 ],
-                "decoding": engine.decoding_settings(**dict(options)),
+                "decoding": used,
             }
         )
 
@@ -326,8 +309,8 @@ def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model
         return {"status": "ok"}
 
     @app.get("/ready", summary="Ready: the model is loaded and warmed, and the server is not shutting down")
-    async def ready() -> JSONResponse:
-        if state.ready and not state.draining:
+    async def is_ready() -> JSONResponse:
+        if state.ready and not state.draining and decoder.ended is None:
             return JSONResponse({"status": "ready"})
         return JSONResponse({"error": "not ready"}, status_code=503)
 
@@ -335,7 +318,8 @@ def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    add_page(app, engine, batcher, settings.limits, admit)
+    add_libretranslate(app, translation, access)
+    add_page(app, decoder, settings.limits, access.admit)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"]
@@ -344,25 +328,9 @@ def create_app(engine: Engine, settings: ServeSettings, model_name: str = "model
     return app
 
 
-def _options(overrides: dict[str, Any]) -> Options:
+def options_of(overrides: dict[str, Any]) -> Options:
+    """Decoding overrides in the hashable form requests with equal ones share a batch by."""
     return tuple(sorted(overrides.items()))
-
-
-def _optional_text(fields: dict[str, Any], name: str) -> str | None:
-    value = fields.get(name)
-    if value is not None and not isinstance(value, str):
-        raise ApiError(400, f"Invalid request: {name} must be a string, got {type(value).__name__}.")
-    return value
-
-
-def _texts(q: Any, name: str) -> list[str]:
-    """`q` as a list of texts: a string or a list of strings."""
-    if q is None:
-        raise ApiError(400, f"Invalid request: missing {name} parameter.")
-    texts = q if isinstance(q, list) else [q]
-    if not all(isinstance(text, str) for text in texts):
-        raise ApiError(400, f"Invalid request: {name} must be a string or a list of strings.")
-    return texts
 
 
 def _native_options(body: NativeRequest, settings: ServeSettings, longest: int) -> Options:
@@ -389,4 +357,4 @@ def _native_options(body: NativeRequest, settings: ServeSettings, longest: int) 
         for name in ("num_beams", "length_penalty", "max_new_tokens")
         if (value := getattr(body, name)) is not None
     }
-    return _options({**settings.defaults, **requested})
+    return options_of({**settings.defaults, **requested})

@@ -1,5 +1,6 @@
 """What the server refuses, and whom: its limits (`ServerLimits`), API keys compared in constant time
-(`ApiKeys`), per-key request rates (`RateLimiter`), and the JSON error every refusal is (`ApiError`)."""
+(`ApiKeys`), per-key request rates (`RateLimiter`), both asked of every request that translates (`Access`), and
+the JSON error every refusal is (`ApiError`)."""
 
 import hmac
 import math
@@ -7,6 +8,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from starlette.requests import Request
 
 
 class ApiError(Exception):
@@ -133,3 +136,28 @@ class RateLimiter:
                     {"Retry-After": str(wait)},
                 )
             self._buckets[client] = (tokens - 1, now)
+
+
+class Access:
+    """Who may translate: with keys, a request presents one (`api_key`, or `Authorization: Bearer KEY`) and keeps
+    to its rate (or `requests_per_minute`); without, each client address keeps to `requests_per_minute`."""
+
+    def __init__(self, keys: dict[str, float | None] | None, requests_per_minute: float | None) -> None:
+        self.keys = ApiKeys(keys) if keys else None
+        self.requests_per_minute = requests_per_minute
+        self.limiter = RateLimiter()
+
+    @property
+    def key_required(self) -> bool:
+        return self.keys is not None
+
+    def admit(self, request: Request, presented: str | None) -> None:
+        """403 without a valid key (when the server has keys), 429 over the client's rate."""
+        header = request.headers.get("authorization", "")
+        presented = presented or (header[7:].strip() if header.lower().startswith("bearer ") else None)
+        if self.keys is not None:
+            key, rate = self.keys.match(presented)
+            self.limiter.check(f"key:{key}", rate or self.requests_per_minute)
+        else:
+            client = request.client.host if request.client else ""
+            self.limiter.check(f"address:{client}", self.requests_per_minute)

@@ -1,6 +1,6 @@
 """The server's Prometheus metrics, in a registry of its own (nothing global): requests by endpoint and status,
-their latency, the queue's depth, batch sizes, and the sentences and source tokens decoded (per second: their
-`rate()`, and the last batch's)."""
+their latency, the queue's depth, the sentences decoding together, and the sentences and source tokens decoded (per
+second: their `rate()`, and the last report's). The decoding process reports what decoded (`decoder.Decoder`)."""
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -9,7 +9,7 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class ServerMetrics:
-    """The metrics `GET /metrics` exposes; the batcher reports through `queued`, `decoded` and `dropped`."""
+    """The metrics `GET /metrics` exposes; the decoding reports through `queued`, `batch`, `decoded` and `dropped`."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -26,21 +26,26 @@ class ServerMetrics:
         )
         self.queue = Gauge("vaswani_queue_sentences", "Sentences waiting to decode", registry=registry)
         self.batches = Histogram(
-            "vaswani_batch_sentences", "Sentences per decoded batch", buckets=BATCH_BUCKETS, registry=registry
+            "vaswani_batch_sentences",
+            "Sentences decoding together: per batch, or per step of the in-flight search",
+            buckets=BATCH_BUCKETS,
+            registry=registry,
         )
         self.sentences = Counter("vaswani_sentences", "Sentences decoded", registry=registry)
         self.tokens = Counter("vaswani_source_tokens", "Source tokens decoded", registry=registry)
         self.dropped_sentences = Counter(
             "vaswani_dropped_sentences",
-            "Sentences dropped before decoding: their client went away",
+            "Sentences dropped, waiting or decoding: their client went away",
             registry=registry,
         )
         self.sentence_rate = Gauge(
-            "vaswani_sentences_per_second", "Sentences per second of the last batch", registry=registry
+            "vaswani_sentences_per_second",
+            "Sentences per second of decoding, as last reported",
+            registry=registry,
         )
         self.token_rate = Gauge(
             "vaswani_source_tokens_per_second",
-            "Source tokens per second of the last batch",
+            "Source tokens per second of decoding, as last reported",
             registry=registry,
         )
 
@@ -51,8 +56,10 @@ class ServerMetrics:
     def queued(self, sentences: int) -> None:
         self.queue.set(sentences)
 
-    def decoded(self, sentences: int, tokens: int, seconds: float) -> None:
+    def batch(self, sentences: int) -> None:
         self.batches.observe(sentences)
+
+    def decoded(self, sentences: int, tokens: int, seconds: float) -> None:
         self.sentences.inc(sentences)
         self.tokens.inc(tokens)
         if seconds > 0:

@@ -1,27 +1,21 @@
-"""The web page at `/`: a translate box that shows the translation and its encoder-decoder attention as a heat-map
-(layer and head selectable), and `POST /v1/attention`, which it draws from. Its assets ship in the package
+"""The web page at `/`: a translate box that translates as `/translate` does (sentence by sentence) and shows each
+sentence's encoder-decoder attention as a heat-map (layer and head selectable), and `POST /v1/attention`, which it
+draws from (the PyTorch engine; under another the page says so in one line). Its assets ship in the package
 (serving/page/), served by name from a fixed list: no CDN, and no path a request names."""
 
-import asyncio
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..decoding.engine import Engine
-from ..plotting import attention_maps
-from .batcher import Batcher
+from .decoder import Decoder
 from .limits import ApiError, ServerLimits
 from .parsing import json_object, read_body
 
 ASSETS = {"page.js": "text/javascript", "page.css": "text/css"}
-# The longest source and translation, in tokens, whose attention is sent: the answer holds layers × heads × target
-# × source weights (a base model's 6 × 8 × 200 × 200 is 1.9 million), for a page that draws one sentence.
-ATTENTION_TOKENS = 200
-Admit = Callable[[Request, str | None], None]  # the server's key and rate check (`create_app`)
+Admit = Callable[[Request, str | None], None]  # the server's key and rate check (`limits.Access.admit`)
 
 
 class AttentionRequest(BaseModel):
@@ -37,9 +31,15 @@ def _asset(name: str) -> str:
     return resources.files("vaswani_transformer.serving").joinpath("page", name).read_text(encoding="utf-8")
 
 
-def add_page(app: FastAPI, engine: Engine, batcher: Batcher, limits: ServerLimits, admit: Admit) -> None:
+def add_page(app: FastAPI, decoder: Decoder, limits: ServerLimits, admit: Admit) -> None:
     """The page's routes on `app`; `POST /v1/attention` asks `admit` as the translation routes do."""
-    page = _asset("index.html")
+    ready = decoder.ready
+    attention_note = (
+        ""
+        if ready.attention
+        else f"Attention maps need the PyTorch model: this server decodes with {ready.engine} (--engine torch)."
+    )
+    page = _asset("index.html").replace("{attention_note}", attention_note)
     assets = {name: _asset(name) for name in ASSETS}
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -57,11 +57,10 @@ def add_page(app: FastAPI, engine: Engine, batcher: Batcher, limits: ServerLimit
     async def attention(request: Request) -> JSONResponse:
         """`{"q": source, "translation": its translation}` → the source's and the translation's tokens and the
         cross-attention weights, `cross[layer][head][target token][source token]` (--engine torch only; each side
-        at most ATTENTION_TOKENS tokens; an API key where the server has keys)."""
-        model = getattr(engine, "model", None)
-        if engine.name != "torch" or model is None:
+        at most `decoding_process.ATTENTION_TOKENS` tokens; an API key where the server has keys)."""
+        if not ready.attention:
             raise ApiError(
-                400, f"Attention needs the PyTorch model: serve with --engine torch, not {engine.name}."
+                400, f"Attention needs the PyTorch model: serve with --engine torch, not {ready.engine}."
             )
         body = await read_body(request, limits)
         try:
@@ -70,22 +69,4 @@ def add_page(app: FastAPI, engine: Engine, batcher: Batcher, limits: ServerLimit
             raise ApiError(400, f"Invalid request: {error.errors()[0]['msg']}.") from None
         admit(request, asked.api_key)
         limits.check_text([asked.q, asked.translation], 1)
-        for name, text in (("q", asked.q), ("translation", asked.translation)):
-            if (tokens := len(engine.tokenizer(text, verbose=False)["input_ids"])) > ATTENTION_TOKENS:
-                raise ApiError(
-                    413,
-                    f"{name} holds {tokens:,} tokens; the attention of at most {ATTENTION_TOKENS} tokens a side is "
-                    "sent (the page draws one sentence): send a shorter sentence.",
-                )
-
-        def maps() -> dict[str, Any]:
-            # between batches: attention_maps switches the model to eager attention
-            with batcher.model_idle():
-                (found,) = attention_maps(model, engine.tokenizer, [asked.q], [asked.translation])
-            return {
-                "source_tokens": found.source_tokens,
-                "target_tokens": found.target_tokens,
-                "cross": [layer.tolist() for layer in found.cross],
-            }
-
-        return JSONResponse(await asyncio.to_thread(maps))
+        return JSONResponse(await decoder.attention(asked.q, asked.translation))

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
 from .limits import ApiError, ServerLimits, body_too_large
+from .settings import ServeSettings
 
 LIBRETRANSLATE_FIELDS = ("q", "source", "target", "format", "api_key", "alternatives")
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -156,3 +157,36 @@ async def native_request(request: Request, limits: ServerLimits) -> NativeReques
             for problem in error.errors()
         )
         raise ApiError(400, f"Invalid request: {problems}.") from None
+
+
+def check_pair(settings: ServeSettings, source: Any, target: Any) -> None:
+    """400 for a source or target that is not a language code, or not the model's pair (None: the model's)."""
+    for name, value in (("source", source), ("target", target)):
+        if value is not None and not isinstance(value, str):
+            raise ApiError(
+                400, f"Invalid request: {name} must be a language code, got {type(value).__name__}."
+            )
+    if source not in (None, settings.source) or target not in (None, settings.target):
+        raise ApiError(
+            400,
+            f"This model translates {settings.source} to {settings.target} only (source {settings.source!r}, "
+            f"target {settings.target!r}); got source {source!r}, target {target!r}.",
+        )
+
+
+def optional_text(fields: dict[str, Any], name: str) -> str | None:
+    """A field that may be missing, else a string."""
+    value = fields.get(name)
+    if value is not None and not isinstance(value, str):
+        raise ApiError(400, f"Invalid request: {name} must be a string, got {type(value).__name__}.")
+    return value
+
+
+def texts_of(q: Any, name: str = "q") -> list[str]:
+    """`q` as a list of texts: a string or a list of strings."""
+    if q is None:
+        raise ApiError(400, f"Invalid request: missing {name} parameter.")
+    texts = q if isinstance(q, list) else [q]
+    if not all(isinstance(text, str) for text in texts):
+        raise ApiError(400, f"Invalid request: {name} must be a string or a list of strings.")
+    return texts

@@ -1,8 +1,9 @@
 """Running the app under uvicorn with a graceful end: the first SIGTERM or SIGINT makes the server drain (new
 requests get 503, `/ready` says so), and it exits once every accepted request is answered (then it stops listening
 and answers what had reached it before that) or `shutdown_timeout` seconds have passed, whichever is first: the
-requests still open then are answered 503 with Retry-After (their sentences dropped; a batch decoding at that moment finishes first). A second signal ends the process at once, with
-the signal's exit status (128 + its number)."""
+requests still open then are answered 503 with Retry-After (their sentences dropped), and the decoding process is
+ended at once. A second signal ends the process at once, with the signal's exit status (128 + its number); the
+decoding process ends with it (its pipe closes)."""
 
 import logging
 import os
@@ -16,7 +17,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from .app import ServerState
-from .batcher import Batcher
+from .decoder import Decoder
 
 logger = logging.getLogger(__name__)
 GRACE_AFTER_DRAIN = 1.0  # seconds uvicorn then gives open connections to send what they have
@@ -27,11 +28,12 @@ class DrainingServer(uvicorn.Server):
     """uvicorn's server, ending as this module says rather than at once on the first signal."""
 
     def __init__(
-        self, config: uvicorn.Config, state: ServerState, batcher: Batcher, shutdown_timeout: float
+        self, config: uvicorn.Config, state: ServerState, decoder: Decoder, shutdown_timeout: float
     ) -> None:
         super().__init__(config)
-        self.state, self.batcher, self.shutdown_timeout = state, batcher, shutdown_timeout
+        self.state, self.decoder, self.shutdown_timeout = state, decoder, shutdown_timeout
         self.drain_deadline: float | None = None
+        self.hurried = False
         self.listening_stopped: float | None = None  # when it stopped listening, once drained
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -44,12 +46,16 @@ class DrainingServer(uvicorn.Server):
             self.shutdown_timeout,
         )
         self.state.draining = True
-        self.batcher.hurry()  # the accepted sentences decode now, without waiting for company
         self.drain_deadline = time.monotonic() + self.shutdown_timeout
 
     async def on_tick(self, counter: int) -> bool:
         if self.drain_deadline is None:
             return await super().on_tick(counter)
+        if (
+            not self.hurried
+        ):  # here, not in the signal handler: it may have interrupted a message to the decoder
+            self.decoder.hurry()  # the accepted sentences decode now, without waiting for company
+            self.hurried = True
         if time.monotonic() >= self.drain_deadline + ANSWER_WHAT_IS_OPEN:
             return True
         if self.state.open_requests == 0 and self.stopped_listening():
@@ -93,4 +99,4 @@ def run_server(app: FastAPI, host: str, port: int, shutdown_timeout: float, log_
     config = uvicorn.Config(
         app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACE_AFTER_DRAIN
     )
-    DrainingServer(config, app.state.server, app.state.batcher, shutdown_timeout).run()
+    DrainingServer(config, app.state.server, app.state.decoder, shutdown_timeout).run()

@@ -17,8 +17,8 @@ class ServeSettings:
     defaults: dict[str, Any] = field(default_factory=dict)  # the command line's decoding options
     max_batch_tokens: int = 4096
     max_batch_sentences: int = 128
-    max_wait: float = 0.005
-    decoding_workers: int | None = None  # batches decoding at once; None: `default_workers`
+    max_wait: float = 0.0
+    decoding_workers: int | None = None  # searches or batches decoding at once; None: the policy's default
     api_keys: dict[str, float | None] | None = None
     requests_per_minute: float | None = None
     cors_origins: tuple[str, ...] = ()

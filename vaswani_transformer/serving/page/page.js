@@ -1,8 +1,10 @@
-// The translate box: POST /v1/translate for the translation, POST /v1/attention for its encoder-decoder
-// attention, drawn as a heat-map of the chosen layer and head (or their mean).
+// The translate box: POST /v1/translate for the translation, sentence by sentence as /translate translates, then
+// POST /v1/attention for the chosen sentence's encoder-decoder attention, drawn as a heat-map of the chosen layer
+// and head (or their mean). A server without the PyTorch model says so in #no-attention, and nothing is drawn.
 "use strict";
 const $ = (id) => document.getElementById(id);
-let maps = null;
+const attentionShown = $("no-attention").textContent.trim() === "";
+let sentences = [], maps = null;
 
 async function post(path, body) {
   const response = await fetch(path, {
@@ -51,27 +53,44 @@ function draw() {
   });
 }
 
+async function showAttention() {
+  const chosen = sentences[Number($("sentence").value)];
+  maps = await post("/v1/attention", { q: chosen.source, translation: chosen.translation });
+  const layer = $("layer").value === "" ? maps.cross.length - 1 : Number($("layer").value);
+  const head = $("head").value || "mean";
+  options($("layer"), maps.cross.length, false);
+  options($("head"), maps.cross[0].length, true);
+  $("layer").value = String(Math.min(layer, maps.cross.length - 1));
+  $("head").value = head;
+  $("attention").hidden = false;
+  draw();
+}
+
 async function translate() {
   $("error").textContent = "";
-  const source = $("source").value;
   try {
-    const answer = await post("/v1/translate", { q: source, scores: false });
-    const translation = answer.translations[0].translation;
-    $("translation").textContent = translation;
-    maps = await post("/v1/attention", { q: source, translation: translation });
-    options($("layer"), maps.cross.length, false);
-    options($("head"), maps.cross[0].length, true);
-    $("layer").value = String(maps.cross.length - 1);
-    $("attention").hidden = false;
-    draw();
+    const answer = await post("/v1/translate", { q: $("source").value, scores: false, split_sentences: true });
+    $("translation").textContent = answer.translations[0].translation;
+    sentences = answer.translations[0].sentences;
+    if (!attentionShown || sentences.length === 0) return;
+    const select = $("sentence");
+    select.innerHTML = "";
+    sentences.forEach((sentence, index) => select.add(new Option(`${index + 1}: ${sentence.source}`, String(index))));
+    $("sentence-choice").hidden = sentences.length < 2;
+    await showAttention();
   } catch (error) {
     $("error").textContent = error.message;
   }
 }
 
+function redraw(action) {
+  return () => action().catch((error) => { $("error").textContent = error.message; });
+}
+
 $("translate").addEventListener("click", translate);
-$("layer").addEventListener("change", draw);
-$("head").addEventListener("change", draw);
+$("sentence").addEventListener("change", redraw(showAttention));
+$("layer").addEventListener("change", () => draw());
+$("head").addEventListener("change", () => draw());
 fetch("/languages").then((response) => response.json()).then((languages) => {
   $("pair").textContent = `${languages[0].code} → ${languages[0].targets[0]}`;
 });
