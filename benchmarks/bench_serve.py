@@ -1,65 +1,96 @@
-"""vaswani-serve under load: concurrent clients on loopback against the real server, and offline `translate()` on the
-same sentences in the same run.
+"""vaswani-serve under load as users' load balancers put it: a C load generator (wrk, from Debian's packages:
+`apt-get install wrk`) on loopback against the real server, and offline decoding of the same sentences in the same
+run.
 
     python benchmarks/bench_serve.py --model runs/tatoeba-en-de/final
     python benchmarks/bench_serve.py --model runs/tatoeba-en-de/final --engines torch --clients 32 --soak_minutes 10
 
 For each engine (--engines, default torch and ctranslate2) the server is started (`vaswani-serve MODEL --engine E`
-on 127.0.0.1 and a free port) and loaded by an asyncio httpx generator: for each count of --clients (1, 8, 32,
-128), that many clients send LibreTranslate requests back to back, each one Tatoeba sentence (workload
-"sentences") or a paragraph of three (workload "paragraphs"), until --requests requests are answered or --seconds
-have passed, whichever is first: the run stops by itself. It prints, per engine, workload and clients: sentences/s,
-p50/p95/p99 latency, errors (any answer but 200, or a transport error: a request lost), and the ratio of the served
-sentences/s to offline `translate()` (the torch engine) and to CTranslate2's `translate_batch` (the ctranslate2
-engine), each on the same sentences in one batched call in the same run, for the engines among --engines; with one
-client, p95 over one sentence's offline latency (the same engine's); and the server's RSS after its warm-up and at the
-end (its growth), and its peak. --soak_minutes M then loads each server with --soak_clients (32) for M minutes and
-prints its RSS at the start and the end of the soak.
-Two references separate what batching allows from what the server costs: "× at its batch" is the served rate over
-offline decoding of the same sentences in batches as large as the load can form (one call per `clients` requests'
-sentences: 32 one-sentence clients can never be decoded in batches above 32), and "p95 / single p95" compares one
-client's p95 with the p95 of one-sentence `translate()` calls on the sentences that client sends (like with like:
-sentences differ in length). Errors are listed by kind under the table.
-The serving targets: at 32 clients ≥ 0.8 of offline; one client p95 ≤ 1.2 × a single sentence; 0 errors; RSS
-growth ≤ 10% over a 10-minute soak at 32 clients. A miniature run (tests/serving/test_bench_serve.py):
-`--clients 1 2 --requests 6 --seconds 5 --sentences 12 --dtype float32 --device cpu --soak_minutes 0.05`.
+on 127.0.0.1 and a free port) and loaded by wrk, one thread, `clients` connections each sending LibreTranslate
+requests back to back (one Tatoeba sentence a request, workload "sentences", or a paragraph of three, "paragraphs")
+for --seconds a level: the C clients cost the server's cores little, where Python clients on the same cores cost
+as much as the server. Before the load, httpx clients (32 at once) send every workload's texts once and check that
+the server's translations are offline decoding's (`translate()`, or CTranslate2's `translate_batch`): a sentence
+translates the same whatever decodes beside it.
+
+It prints, per engine, workload and clients: sentences/s, p50/p95/p99 latency, errors (any answer but 200, or a
+socket error: a request lost), the ratio of the served sentences/s to offline `translate()` (the torch engine) and
+to CTranslate2's `translate_batch` (the ctranslate2 engine), each on the same sentences in one call, to the same
+engine's offline decoding in batches as large as the level's clients can form ("× at its batch": 32 one-sentence
+clients can never be decoded in batches above 32), and, with one client, its p95 over one-sentence offline calls'
+p95 on the sentences that client sends. Then the server's RSS after its warm-up and at the end, and its peak;
+--soak_minutes M loads each server with --soak_clients (32) for M minutes and prints its RSS growth.
+
+The serving targets (docs/serving.md): at 32 clients ≥ 0.8 of offline decoding in batches of 32, at 128 clients
+≥ 0.8 of offline one-call decoding, one client's p95 ≤ 1.2 × a single sentence, 0 errors, RSS growth ≤ 10% over a
+10-minute soak at 32 clients. --sample: "random" (default), 1,000 sentences drawn from Tatoeba's (every length);
+"shortest", its 1,000 shortest (one to three words: the server's own cost weighs most). A miniature run
+(tests/serving/test_bench_serve.py): `--clients 1 2 --seconds 2 --sentences 12 --dtype float32 --device cpu
+--soak_minutes 0.05`.
 """
 
 import argparse
 import asyncio
+import json
 import os
+import random
+import re
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from vaswani_transformer.data import load_tatoeba
+from vaswani_transformer.decoding.sentences import recorded_languages, translate_by_sentences
 from vaswani_transformer.engines import EngineOptions, load_engine
 
 SENTENCES_PER_PARAGRAPH = 3
 READY_SECONDS = 600
 SINGLES = 40  # one-sentence offline calls timed: the first sentences, which one client sends first
+CHECK_CLIENTS = 32  # httpx clients of the correctness check
+WRK_RESULT = re.compile(
+    r"^RESULT requests=(\d+) seconds=([\d.]+) p50=([\d.]+) p95=([\d.]+) p99=([\d.]+) status=(\d+) "
+    r"connect=(\d+) read=(\d+) write=(\d+) timeout=(\d+)$",
+    re.MULTILINE,
+)
+# wrk's script: each connection sends the texts in turn; at the end, the figures in one line
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local bodies = {BODIES}
+local counter = 0
+function request()
+  counter = counter + 1
+  return wrk.format(nil, "/translate", nil, bodies[(counter % #bodies) + 1])
+end
+function done(summary, latency, requests)
+  local errors = summary.errors
+  io.write(string.format("RESULT requests=%d seconds=%.3f p50=%.5f p95=%.5f p99=%.5f status=%d connect=%d read=%d "
+    .. "write=%d timeout=%d\\n", summary.requests, summary.duration / 1e6, latency:percentile(50) / 1e6,
+    latency:percentile(95) / 1e6, latency:percentile(99) / 1e6, errors.status, errors.connect, errors.read,
+    errors.write, errors.timeout))
+end
+"""
 
 
 @dataclass
 class LoadResult:
-    """What one load level measured."""
+    """What one load level measured (wrk's figures)."""
 
     clients: int
     answered: int
     sentences: int
     errors: int
     seconds: float
-    latencies: list[float]
-    failures: Counter[str] = field(default_factory=Counter)  # each kind of error, counted
-
-    def percentile(self, share: float) -> float:
-        """The latency below which `share` of the answered requests fell (nearest rank)."""
-        return percentile(self.latencies, share)
+    p50: float
+    p95: float
+    p99: float
 
     @property
     def sentences_per_second(self) -> float:
@@ -85,49 +116,65 @@ def workloads(sentences: list[str]) -> dict[str, list[str]]:
     return {"sentences": sentences, "paragraphs": paragraphs}
 
 
-async def load(
-    client: httpx.AsyncClient,
-    texts: list[str],
-    clients: int,
-    requests: int,
-    seconds: float,
-    per_text: int = 1,
-    target: str = "de",
-) -> LoadResult:
-    """`clients` concurrent senders of `texts` (in turn) to POST /translate, until `requests` are answered or
-    `seconds` have passed."""
-    latencies: list[float] = []
-    counters = {"sent": 0, "errors": 0}
-    failures: Counter[str] = Counter()
-    deadline = time.monotonic() + seconds
+def wrk_script(texts: list[str], source: str, target: str, folder: Path) -> Path:
+    """wrk's Lua script sending `texts` in turn as LibreTranslate requests."""
+    bodies = [json.dumps({"q": text, "source": source, "target": target}) for text in texts]
+    path = folder / f"load-{len(list(folder.iterdir()))}.lua"
+    lua_strings = ", ".join(
+        json.dumps(body) for body in bodies
+    )  # JSON strings are Lua strings here: ASCII-escaped
+    path.write_text(WRK_SCRIPT.replace("{BODIES}", "{" + lua_strings + "}"), encoding="utf-8")
+    return path
 
-    async def sender() -> None:
-        while counters["sent"] < requests and time.monotonic() < deadline:
-            text = texts[counters["sent"] % len(texts)]
-            counters["sent"] += 1
-            started = time.monotonic()
-            try:
-                answer = await client.post("/translate", json={"q": text, "source": "auto", "target": target})
-                failure = None if answer.status_code == 200 else f"{answer.status_code} {answer.text[:200]}"
-            except httpx.HTTPError as error:
-                failure = f"{type(error).__name__}: {error}"[:200]
-            if failure is None:
-                latencies.append(time.monotonic() - started)
-            else:
-                counters["errors"] += 1
-                failures[failure] += 1
 
-    started = time.monotonic()
-    await asyncio.gather(*(sender() for _ in range(clients)))
-    elapsed = time.monotonic() - started
+def run_wrk(url: str, script: Path, clients: int, seconds: float, per_text: int) -> LoadResult:
+    """wrk with one thread and `clients` connections for `seconds`."""
+    command = [
+        "wrk",
+        "-t1",
+        f"-c{clients}",
+        f"-d{max(1, round(seconds))}s",
+        "--timeout",
+        "120s",
+        "-s",
+        script,
+        url,
+    ]
+    completed = subprocess.run(command, capture_output=True, text=True, check=True)
+    return wrk_result(completed.stdout + completed.stderr, clients, per_text)
+
+
+def wrk_result(printed: str, clients: int, per_text: int) -> LoadResult:
+    """The figures the script's `done` printed: every request answered but those with an error status counted."""
+    found = WRK_RESULT.search(printed)
+    if found is None:
+        raise SystemExit(f"wrk printed no result: {printed[-2000:]}")
+    requests, duration, p50, p95, p99, status, *socket_errors = found.groups()
+    answered = int(requests) - int(status)
+    errors = int(status) + sum(map(int, socket_errors))
     return LoadResult(
-        clients, len(latencies), len(latencies) * per_text, counters["errors"], elapsed, latencies, failures
+        clients, answered, answered * per_text, errors, float(duration), float(p50), float(p95), float(p99)
     )
 
 
-def free_port() -> int:
-    import socket
+async def served_translations(url: str, texts: list[str], source: str, target: str) -> list[str | None]:
+    """Each text's translation from the server, CHECK_CLIENTS clients at once (None: an error)."""
+    limits = httpx.Limits(max_connections=CHECK_CLIENTS)
+    found: list[str | None] = [None] * len(texts)
+    queue = list(enumerate(texts))
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
 
+        async def sender() -> None:
+            while queue:
+                index, text = queue.pop()
+                answer = await client.post("/translate", json={"q": text, "source": source, "target": target})
+                found[index] = answer.json()["translatedText"] if answer.status_code == 200 else None
+
+        await asyncio.gather(*(sender() for _ in range(CHECK_CLIENTS)))
+    return found
+
+
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -154,12 +201,21 @@ def start_server(args: argparse.Namespace, engine: str, port: int) -> subprocess
     raise SystemExit(f"vaswani-serve was not ready within {READY_SECONDS} s")
 
 
-def rss_mb(pid: int, field: str = "VmRSS") -> float:
-    """The process's resident memory now (VmRSS) or at its peak (VmHWM), in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+def rss_mb(pids: list[int], field: str = "VmRSS") -> float:
+    """The processes' resident memory together now (VmRSS) or at their peaks (VmHWM), in MB."""
+    total = 0.0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                total += int(line.split()[1]) / 1024
+    return total
+
+
+def server_pids(process: subprocess.Popen) -> list[int]:
+    """The server's process and its decoding process."""
+    children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    decoding = [int(pid) for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return [process.pid, *decoding]
 
 
 def growth(start: float, end: float) -> str:
@@ -168,12 +224,13 @@ def growth(start: float, end: float) -> str:
 
 @dataclass
 class Offline:
-    """One engine offline: sentences/s of one batched call, of calls in batches of each size the loads can form,
-    and one-sentence calls' latencies."""
+    """One engine offline: sentences/s of one call, of calls in batches of each size the loads can form,
+    one-sentence calls' latencies, and each workload's translations."""
 
     rate: float
     at_batch: dict[int, float]
     singles: list[float]
+    translations: dict[str, list[str]]
 
 
 def batch_sizes(args: argparse.Namespace) -> list[int]:
@@ -181,10 +238,12 @@ def batch_sizes(args: argparse.Namespace) -> list[int]:
     return sorted({clients * per for clients in args.clients for per in (1, SENTENCES_PER_PARAGRAPH)})
 
 
-def offline(model: str, options: EngineOptions, sentences: list[str], sizes: list[int]) -> Offline:
-    """`translate()` (for ctranslate2: `translate_batch`) on `sentences` in one batched call, in calls of each of
-    `sizes` sentences (on at least 256 of them, or two calls), and on the first SINGLES sentences one at a time."""
+def offline(model: str, options: EngineOptions, texts: dict[str, list[str]], sizes: list[int]) -> Offline:
+    """`translate()` (for ctranslate2: `translate_batch`) on the sentences in one call, in calls of each of `sizes`
+    sentences (on at least 256 of them, or two calls), on the first SINGLES sentences one at a time, and on each
+    workload's texts (sentence by sentence, as the server splits them)."""
     engine = load_engine(model, options)
+    sentences = texts["sentences"]
     engine.translate(sentences[:8])  # warm-up
     started = time.monotonic()
     engine.translate(sentences)
@@ -201,31 +260,12 @@ def offline(model: str, options: EngineOptions, sentences: list[str], sizes: lis
         started = time.monotonic()
         engine.translate([sentence])
         singles.append(time.monotonic() - started)
-    return Offline(rate, at_batch, singles)
-
-
-async def measure(
-    url: str, texts: dict[str, list[str]], args: argparse.Namespace
-) -> list[tuple[str, LoadResult]]:
-    """Each workload at each count of clients, one after the other."""
-    results = []
-    limits = httpx.Limits(max_connections=max(args.clients) + 8)
-    async with httpx.AsyncClient(base_url=url, timeout=args.seconds + 60, limits=limits) as client:
-        target = (await client.get("/languages")).json()[0]["targets"][0]
-        for workload, items in texts.items():
-            per_text = sentences_per_request(workload)
-            for clients in args.clients:
-                result = await load(client, items, clients, args.requests, args.seconds, per_text, target)
-                results.append((workload, result))
-    return results
-
-
-async def soak(url: str, sentences: list[str], clients: int, seconds: float) -> LoadResult:
-    """`clients` clients sending sentences back to back for `seconds`, bounded by time alone."""
-    limits = httpx.Limits(max_connections=clients + 8)
-    async with httpx.AsyncClient(base_url=url, timeout=seconds + 600, limits=limits) as client:
-        target = (await client.get("/languages")).json()[0]["targets"][0]
-        return await load(client, sentences, clients, sys.maxsize, seconds, target=target)
+    language = (recorded_languages(model) or ("en", "de"))[0]
+    translations = {
+        workload: translate_by_sentences(items, language, engine.translate)
+        for workload, items in texts.items()
+    }  # as the server translates a text: sentence by sentence, joined back with its own spacing
+    return Offline(rate, at_batch, singles, translations)
 
 
 def figure(value: float) -> str:
@@ -239,33 +279,59 @@ def ratio(rate: float, reference: float | None) -> str:
 
 @dataclass
 class Served:
-    """One engine's server run: its load levels, and its RSS after the warm-up, after the levels and at its peak."""
+    """One engine's server run: its load levels, translations checked, and RSS after the warm-up, after the levels
+    and at its peak."""
 
     results: list[tuple[str, LoadResult]]
+    checked: dict[str, tuple[int, int]]  # workload: (identical to offline, texts)
     rss_start: float
     rss_end: float
     rss_peak: float
     soaked: tuple[LoadResult, float, float] | None
 
 
-def serve_and_load(args: argparse.Namespace, engine: str, sentences: list[str]) -> Served:
+def serve_and_load(
+    args: argparse.Namespace, engine: str, texts: dict[str, list[str]], reference: Offline
+) -> Served:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     process = start_server(args, engine, port)
     try:
-        start = rss_mb(process.pid)
-        results = asyncio.run(measure(url, workloads(sentences), args))
-        end = rss_mb(process.pid)
-        soaked = None
-        if args.soak_minutes > 0:
-            before = rss_mb(process.pid)
-            result = asyncio.run(soak(url, sentences, args.soak_clients, args.soak_minutes * 60))
-            soaked = (result, before, rss_mb(process.pid))
-        peak = rss_mb(process.pid, "VmHWM")
+        pids = server_pids(process)
+        source, target = (lambda pair: (pair["code"], pair["targets"][0]))(
+            httpx.get(f"{url}/languages").json()[0]
+        )
+        start = rss_mb(pids)
+        checked = {}
+        for workload, items in texts.items():
+            found = asyncio.run(served_translations(url, items, source, target))
+            same = sum(a == b for a, b in zip(found, reference.translations[workload], strict=True))
+            checked[workload] = (same, len(items))
+        results = []
+        with tempfile.TemporaryDirectory() as folder:
+            scripts = {
+                workload: wrk_script(items, source, target, Path(folder)) for workload, items in texts.items()
+            }
+            for workload, script in scripts.items():
+                for clients in args.clients:
+                    result = run_wrk(url, script, clients, args.seconds, sentences_per_request(workload))
+                    results.append((workload, result))
+            end = rss_mb(pids)
+            soaked = None
+            if args.soak_minutes > 0:
+                before = rss_mb(pids)
+                result = run_wrk(url, scripts["sentences"], args.soak_clients, args.soak_minutes * 60, 1)
+                soaked = (result, before, rss_mb(pids))
+        peak = rss_mb(pids, "VmHWM")
     finally:
         process.terminate()
         process.wait(timeout=120)
-    return Served(results, start, end, peak, soaked)
+    return Served(results, checked, start, end, peak, soaked)
+
+
+def chosen_sentences(sample: str, count: int) -> list[str]:
+    unique = list(dict.fromkeys(load_tatoeba()[0]["source"]))
+    return unique[:count] if sample == "shortest" else random.Random(0).sample(unique, count)
 
 
 def main() -> None:
@@ -275,9 +341,9 @@ def main() -> None:
     parser.add_argument("--model", required=True, help="a trained model folder or Hub id")
     parser.add_argument("--engines", nargs="+", default=["torch", "ctranslate2"])
     parser.add_argument("--clients", nargs="+", type=int, default=[1, 8, 32, 128])
-    parser.add_argument("--requests", type=int, default=500, help="requests per load level at most")
-    parser.add_argument("--seconds", type=float, default=60, help="seconds per load level at most")
+    parser.add_argument("--seconds", type=float, default=15, help="seconds of load per level")
     parser.add_argument("--sentences", type=int, default=1000, help="Tatoeba sentences used")
+    parser.add_argument("--sample", choices=["random", "shortest"], default="random", help="which sentences")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto", help="the server's and offline decoding's --dtype")
     parser.add_argument(
@@ -288,18 +354,28 @@ def main() -> None:
         "--decoding_workers", type=int, default=None, help="the servers' --decoding_workers (default: theirs)"
     )
     args = parser.parse_args()
-    sentences = list(dict.fromkeys(load_tatoeba()[0]["source"]))[: args.sentences]
-    print(f"{len(sentences)} Tatoeba sentences; {os.cpu_count()} CPUs")
+    if shutil.which("wrk") is None:
+        print("error: the load generator wrk is not installed: apt-get install wrk", file=sys.stderr)
+        raise SystemExit(2)
+    sentences = chosen_sentences(args.sample, args.sentences)
+    texts = workloads(sentences)
+    words = sum(len(sentence.split()) for sentence in sentences) / len(sentences)
+    print(
+        f"{len(sentences)} Tatoeba sentences ({args.sample}, {words:.1f} words on average); {os.cpu_count()} CPUs"
+    )
     offline_runs = {}
     for engine in args.engines:
         options = EngineOptions(engine=engine, device=args.device, dtype=args.dtype)
-        run = offline_runs[engine] = offline(args.model, options, sentences, batch_sizes(args))
+        run = offline_runs[engine] = offline(args.model, options, texts, batch_sizes(args))
         print(
-            f"{engine}: offline {figure(run.rate)} sentences/s, one sentence p50 {percentile(run.singles, 0.5):.3f} s "
-            f"p95 {percentile(run.singles, 0.95):.3f} s; in batches of "
+            f"{engine}: offline {figure(run.rate)} sentences/s, one sentence p50 {percentile(run.singles, 0.5):.4f} s "
+            f"p95 {percentile(run.singles, 0.95):.4f} s; in batches of "
             + ", ".join(f"{size}: {figure(rate)}" for size, rate in run.at_batch.items())
         )
-    served = {engine: serve_and_load(args, engine, sentences) for engine in args.engines}
+    served = {engine: serve_and_load(args, engine, texts, offline_runs[engine]) for engine in args.engines}
+    for engine, run in served.items():
+        for workload, (same, total) in run.checked.items():
+            print(f"{engine} {workload}: {same} of {total} served translations identical to offline decoding")
     rates = {engine: run.rate for engine, run in offline_runs.items()}
     print(
         "| engine | workload | clients | sentences/s | p50 s | p95 s | p99 s | errors | × translate() "
@@ -312,21 +388,17 @@ def main() -> None:
         for workload, result in run.results:
             rate = result.sentences_per_second
             at_batch = reference.at_batch[result.clients * sentences_per_request(workload)]
-            single_ratio = f"{result.percentile(0.95) / single_p95:.2f}" if result.clients == 1 else ""
+            single_ratio = f"{result.p95 / single_p95:.2f}" if result.clients == 1 else ""
             print(
-                f"| {engine} | {workload} | {result.clients} | {figure(rate)} | {result.percentile(0.5):.3f} | "
-                f"{result.percentile(0.95):.3f} | {result.percentile(0.99):.3f} | {result.errors} | "
+                f"| {engine} | {workload} | {result.clients} | {figure(rate)} | {result.p50:.4f} | "
+                f"{result.p95:.4f} | {result.p99:.4f} | {result.errors} | "
                 f"{ratio(rate, rates.get('torch'))} | {ratio(rate, rates.get('ctranslate2'))} | "
                 f"{ratio(rate, at_batch)} | {single_ratio} |"
             )
     for engine, run in served.items():
-        for workload, result in run.results:
-            for failure, count in result.failures.most_common(3):
-                print(f"{engine} {workload} {result.clients} clients: {count} × {failure}")
-    for engine, run in served.items():
         print(
             f"{engine}: server RSS {run.rss_start:.0f} MB after its warm-up, {run.rss_end:.0f} MB after the "
-            f"loads ({growth(run.rss_start, run.rss_end)}), peak {run.rss_peak:.0f} MB"
+            f"loads ({growth(run.rss_start, run.rss_end)}), peak {run.rss_peak:.0f} MB (both processes)"
         )
     soaks = {engine: run.soaked for engine, run in served.items() if run.soaked is not None}
     if soaks:
@@ -339,9 +411,6 @@ def main() -> None:
             f"| {engine} | {args.soak_minutes:g} | {result.clients} | {figure(result.sentences_per_second)} | "
             f"{result.errors} | {before:.0f} | {after:.0f} | {growth(before, after)} |"
         )
-    for engine, (result, _, _) in soaks.items():
-        for failure, count in result.failures.most_common(3):
-            print(f"{engine} soak: {count} × {failure}")
 
 
 if __name__ == "__main__":

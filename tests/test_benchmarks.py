@@ -1,6 +1,7 @@
 """The benchmarks' own arithmetic: the FLOP count behind their MFU figures, the profile they print, and the
 compiled decoding path they time."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -57,34 +58,25 @@ def test_the_data_benchmark_builds_aligned_pairs_of_several_tatoeba_pairs(tmp_pa
     assert again == source_file.read_text()
 
 
-def test_the_serving_benchmark_loads_a_server_and_counts_what_came_back() -> None:
-    """bench_serve.py's generator, on a small app in process (the real server is the benchmark's to run): bounded
-    in requests, errors counted, latencies ranked, paragraphs of three sentences."""
-    import asyncio
+def test_the_serving_benchmark_s_load_sends_each_text_and_counts_what_came_back(tmp_path: Path) -> None:
+    """bench_serve.py's wrk script holds every text as a LibreTranslate request (JSON, escaped for Lua), and its
+    figures count error statuses and socket errors as errors (the real server under wrk: test_bench_serve.py)."""
+    import json
 
-    import httpx
-    from bench_serve import SENTENCES_PER_PARAGRAPH, load, workloads
-    from starlette.applications import Starlette
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
+    from bench_serve import SENTENCES_PER_PARAGRAPH, workloads, wrk_result, wrk_script
 
-    calls = []
-
-    async def translate(request) -> JSONResponse:
-        calls.append((await request.json())["q"])
-        return JSONResponse({"translatedText": "x"}, status_code=503 if len(calls) % 5 == 0 else 200)
-
-    app = Starlette(routes=[Route("/translate", translate, methods=["POST"])])
-
-    async def run():
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://test"
-        ) as client:
-            return await load(client, ["a", "b", "c"], clients=4, requests=20, seconds=30, per_text=3)
-
-    result = asyncio.run(run())
-    assert len(calls) == 20 and result.errors == 4 and result.answered == 16 and result.sentences == 48
-    assert result.percentile(0.5) <= result.percentile(0.95) <= result.percentile(0.99)
+    texts = ['He said "hi".', "Ça va ?", "a\\b ]] [[c"]
+    script = wrk_script(texts, "en", "de", tmp_path).read_text(encoding="utf-8")
+    bodies = script.split("local bodies = {")[1].split("}\n")[0]
+    assert [json.loads(json.loads(body))["q"] for body in re.findall(r'"(?:[^"\\]|\\.)*"', bodies)] == texts
+    printed = (
+        "Running 15s test\nRESULT requests=120 seconds=15.010 p50=0.10000 p95=0.20000 p99=0.30000 status=4 "
+        "connect=1 read=2 write=0 timeout=3\n"
+    )
+    result = wrk_result(printed, clients=8, per_text=3)
+    assert (result.answered, result.sentences, result.errors) == (116, 348, 10)
+    assert result.sentences_per_second == pytest.approx(348 / 15.01)
+    assert (result.p50, result.p95, result.p99) == (0.1, 0.2, 0.3)
     paragraphs = workloads(["1.", "2.", "3.", "4.", "5.", "6.", "7."])["paragraphs"]
     assert paragraphs == ["1. 2. 3.", "4. 5. 6."] and SENTENCES_PER_PARAGRAPH == 3
 
