@@ -253,6 +253,17 @@ def in_flight(engine: TorchEngine, **settings) -> InFlightBatcher:
 def test_the_torch_engine_decodes_in_flight(engine: TorchEngine) -> None:
     assert in_flight_blocker(engine) is None
     assert "whole batches" in in_flight_blocker(RecordingEngine())
+    graphs = TorchEngine(engine.model, engine.tokenizer, torch.float32, cuda_graphs=True)
+    assert "CUDA graphs" in in_flight_blocker(graphs)
+    settings = engine.model.generation_config
+    before, settings.no_repeat_ngram_size = (
+        settings.no_repeat_ngram_size,
+        3,
+    )  # a logits processor of generate()'s
+    try:
+        assert "no_repeat_ngram_size" in in_flight_blocker(engine)
+    finally:
+        settings.no_repeat_ngram_size = before
 
 
 def test_a_short_request_joins_a_long_one_decoding_and_leaves_before_it(engine: TorchEngine) -> None:

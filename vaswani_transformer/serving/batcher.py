@@ -333,11 +333,13 @@ class Batcher:
 
 
 def in_flight_blocker(engine: Engine) -> str | None:
-    """Why the engine's sentences cannot decode in flight, or None where they can: the PyTorch engine, eager or sdpa
-    attention, and decoding settings the in-flight search follows (the model's own, §6.1)."""
+    """Why the engine's sentences cannot decode in flight, or None where they can: the PyTorch engine without CUDA
+    graphs, eager or sdpa attention, and decoding settings the in-flight search follows (the model's own, §6.1)."""
     model = getattr(engine, "model", None)
     if engine.name != "torch" or model is None:
         return f"the {engine.name} engine decodes whole batches"
+    if getattr(engine, "cuda_graphs", False):
+        return "CUDA graphs replay whole batches"
     if model.config._attn_implementation not in MASKED_KERNELS:
         return f"{model.config._attn_implementation} attention"
     settings = model.generation_config.to_diff_dict()
