@@ -2,13 +2,14 @@
 
 import os
 import re
+import resource
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,9 +79,17 @@ class Served:
         return sum(values)
 
 
+def open_files_limited_to(count: int | None) -> Callable[[], None] | None:
+    """A function for Popen's preexec_fn that sets `ulimit -n` (soft and hard) to `count`; None for no limit."""
+    if count is None:
+        return None
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+
+
 @contextmanager
-def serving(model: Path, *flags: str) -> Iterator[Served]:
-    """The server on a free port, ready (GET /ready), killed at the end if it is still running."""
+def serving(model: Path, *flags: str, open_files: int | None = None) -> Iterator[Served]:
+    """The server on a free port, ready (GET /ready), killed at the end if it is still running; `open_files`
+    limits its file descriptors as `ulimit -n` does."""
     port = free_port()
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder) / "stderr.txt"
@@ -90,6 +99,7 @@ def serving(model: Path, *flags: str) -> Iterator[Served]:
                 stdout=stderr,  # uvicorn's access log (at --log_level info) goes to standard output
                 stderr=stderr,
                 env=ENV,
+                preexec_fn=open_files_limited_to(open_files),
             )
         served = Served(f"http://127.0.0.1:{port}", process, log)
         try:

@@ -4,9 +4,12 @@ without a key or beyond its size, text that is not valid Unicode (a lone surroga
 byte), JSON nested too deeply or not an object, a body that never arrives whole, and start-up flags that cannot
 listen. Each is JSON with its status and one line, never a 500."""
 
+import json
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import httpx
@@ -128,6 +131,54 @@ def test_a_body_that_never_arrives_whole_is_answered_within_the_request_timeout(
     assert "--request_timeout" in answer and time.monotonic() - started < 20
 
 
+def exchange(server, request: bytes, seconds: float = 30) -> bytes:
+    """What the server sends back on one connection for `request`, until it closes the connection."""
+    host, port = server.url.removeprefix("http://").split(":")
+    answer = b""
+    with socket.create_connection((host, int(port)), timeout=seconds) as client:
+        client.sendall(request)
+        while chunk := client.recv(65536):
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"Content-Length: -5\r\n\r\n{}",
+        b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+        b"Transfer-Encoding: chunked\r\n\r\nZZ\r\n{}\r\n0\r\n\r\n",
+        b"No colon here\r\n\r\n",
+    ],
+    ids=["negative length", "two lengths", "bad chunk size", "bad header"],
+)
+def test_a_request_that_is_not_http_is_refused_in_json(server, request_bytes: bytes) -> None:
+    answer = exchange(server, b"POST /translate HTTP/1.1\r\nHost: x\r\n" + request_bytes)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), answer
+    assert b"content-type: application/json" in head.lower()
+    assert "not valid HTTP/1.1" in json.loads(body)["error"]
+
+
+def test_a_connection_that_sends_nothing_is_closed(server) -> None:
+    started = time.monotonic()
+    assert exchange(server, b"") == b""  # closed by the server, not by the client's 30 s timeout
+    assert time.monotonic() - started < 20
+
+
+def test_a_client_that_sends_a_large_body_whole_before_reading_gets_the_413(server) -> None:
+    """Python's urllib sends the whole body before it reads: the server reads and drops it after refusing it, so
+    the client gets the refusal, not a connection reset."""
+    body = json.dumps({"q": "a " * 6_000_000, **KEY}).encode()  # 12 MB against the default 1 MiB
+    request = urllib.request.Request(
+        f"{server.url}/translate", data=body, headers={"Content-Type": "application/json"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as refusal:
+        urllib.request.urlopen(request, timeout=60)
+    assert refusal.value.code == 413
+    assert "--max_body_bytes" in json.loads(refusal.value.read())["error"]
+
+
 def test_head_of_health_is_answered(server) -> None:
     assert httpx.head(f"{server.url}/health", timeout=30).status_code == 200
 
@@ -174,3 +225,24 @@ def test_a_batch_whose_requests_all_timed_out_stops_and_frees_its_worker(trained
         waited = time.monotonic() - started
     assert answer.status_code == 200, answer.text
     assert waited < 10, waited  # not the rest of the long batch (about 40 s on 2 cores)
+
+
+def test_idle_connections_past_the_open_file_limit_leave_the_server_answering(short_folder: Path) -> None:
+    """Under `ulimit -n 120`, 150 idle connections take every file descriptor. The server closes those it could
+    not accept at once and the rest after the keep-alive timeout, while their clients stay, so a new request is
+    answered within seconds; no log line is written for each accept that failed meanwhile."""
+    with serving(short_folder, *PAIR, open_files=120) as served:
+        host, port = served.url.removeprefix("http://").split(":")
+        started = time.monotonic()
+        idle = [socket.create_connection((host, int(port)), timeout=30) for _ in range(150)]
+        try:
+            closed_by_the_server = [connection.recv(1) == b"" for connection in idle]
+            answer = httpx.get(f"{served.url}/health", timeout=60)
+        finally:
+            for connection in idle:
+                connection.close()
+        waited = time.monotonic() - started
+        log = served.stderr()
+    assert all(closed_by_the_server)
+    assert answer.status_code == 200 and waited < 30, waited
+    assert len(log.splitlines()) < 20, log[-3000:]

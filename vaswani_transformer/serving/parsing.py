@@ -5,6 +5,7 @@ problem is an `ApiError` (400) naming it: malformed JSON, text that is not UTF-8
 import asyncio
 import json
 import re
+from contextlib import suppress
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -47,22 +48,26 @@ class NativeRequest(BaseModel):
     api_key: str | None = Field(None, description="the API key, when the server has keys")
 
 
+DRAINED_AT_MOST = 64 << 20  # bytes of a refused body read and dropped before the 413
+
+
 async def read_body(request: Request, limits: ServerLimits) -> bytes:
-    """The body, refused (413) as soon as it passes --max_body_bytes, whether or not Content-Length said so; 408
-    when it has not arrived whole within --request_timeout (a Content-Length longer than the body, a chunked body
-    without its end), 499 when the client leaves in the middle of it."""
+    """The body, refused (413) as soon as it passes --max_body_bytes, whether or not Content-Length said so (its
+    rest dropped first where the connection closes after the answer: `drain`); 408 when it has not arrived whole
+    within --request_timeout (a Content-Length longer than the body, a chunked body without its end), 499 when the
+    client leaves in the middle of it."""
     limit, seconds = limits.max_body_bytes, limits.request_timeout
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise body_too_large(limit)
+    too_large = declared.isdigit() and int(declared) > limit
     chunks, size = [], 0
     try:
         async with asyncio.timeout(seconds):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise body_too_large(limit)
-                chunks.append(chunk)
+            if not too_large:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if too_large := size > limit:
+                        break
+                    chunks.append(chunk)
     except TimeoutError:
         raise ApiError(
             408,
@@ -72,7 +77,35 @@ async def read_body(request: Request, limits: ServerLimits) -> bytes:
         ) from None
     except ClientDisconnect:
         raise ApiError(499, "The client closed the request before its body was sent.") from None
+    if too_large:
+        if closes_after_the_answer(request):
+            await drain(request, seconds)
+        raise body_too_large(limit)
     return b"".join(chunks)
+
+
+def closes_after_the_answer(request: Request) -> bool:
+    """Whether uvicorn closes the connection once it has answered (Connection: close, HTTP/1.0), with what the
+    client sent still unread; a kept-alive connection reads and drops the rest of a body itself, and a client that
+    waits for 100 Continue sends none."""
+    headers = request.headers
+    if headers.get("expect", "").lower() == "100-continue":
+        return False
+    return headers.get("connection", "").lower() == "close" or request.scope["http_version"] == "1.0"
+
+
+async def drain(request: Request, seconds: float) -> None:
+    """Read and drop the rest of a refused body (at most DRAINED_AT_MOST bytes, for at most `seconds`): a client
+    that sends its whole body before reading (Python's urllib) then reads the refusal, where a connection closed
+    with unread bytes is reset and the refusal lost with it."""
+    dropped = 0
+    with suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            while dropped <= DRAINED_AT_MOST:
+                message = await request.receive()
+                if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                    return
+                dropped += len(message.get("body", b""))
 
 
 def _text(body: bytes) -> str:
