@@ -27,7 +27,7 @@ from .decoder import Decoder
 from .languages import detect_languages
 from .libretranslate import add_libretranslate
 from .limits import Access, ApiError
-from .messages import DecodingFailed, Options, QueueFull, SentenceTooLong
+from .messages import DecodingFailed, Options, QueueFull, SentenceTooLong, options_of
 from .metrics import ServerMetrics
 from .page import add_page
 from .parsing import NativeRequest, check_pair, native_request
@@ -326,11 +326,6 @@ def create_app(
         )
     app.add_middleware(Guard, state=state, metrics=metrics)
     return app
-
-
-def options_of(overrides: dict[str, Any]) -> Options:
-    """Decoding overrides in the hashable form requests with equal ones share a batch by."""
-    return tuple(sorted(overrides.items()))
 
 
 def _native_options(body: NativeRequest, settings: ServeSettings, longest: int) -> Options:

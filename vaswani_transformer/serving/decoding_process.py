@@ -32,6 +32,7 @@ from .messages import (
     Stop,
     Translate,
     Translated,
+    options_of,
 )
 from .settings import ServeSettings
 
@@ -274,6 +275,6 @@ def decode_until_stopped(
     replies = Replies(connection)
     batcher, policy = make_batcher(engine, settings, replies)
     decoding = Decoding(engine, batcher, replies, {})
-    defaults = tuple(sorted(settings.defaults.items()))
+    defaults = options_of(settings.defaults)
     threading.Thread(target=decoding.answer, args=(connection, policy, defaults), name="requests").start()
     batcher.serve()  # until the server says Stop

@@ -13,6 +13,7 @@ from ..card_text import LANGUAGE_NAMES
 from . import html
 from .languages import detect_languages
 from .limits import Access, ApiError
+from .messages import options_of
 from .parsing import check_pair, libretranslate_fields, optional_text, texts_of
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def alternatives_wanted(fields: dict[str, Any], max_beams: int) -> int:
 def add_libretranslate(app: FastAPI, translation: "Translation", access: Access) -> None:
     """LibreTranslate's routes on `app`, translating through `translation`."""
     settings = translation.settings
-    defaults = tuple(sorted(settings.defaults.items()))
+    defaults = options_of(settings.defaults)
 
     def detected_source(texts: list[str]) -> dict[str, Any]:
         """The language `texts` are in, as LibreTranslate reports it; 400 where it is not the model's source."""

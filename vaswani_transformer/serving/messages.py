@@ -7,6 +7,11 @@ from typing import Any
 Options = tuple[tuple[str, Any], ...]  # decoding overrides, hashable: requests with equal ones share a batch
 
 
+def options_of(overrides: dict[str, Any]) -> Options:
+    """Decoding overrides in the hashable form requests with equal ones share a batch by."""
+    return tuple(sorted(overrides.items()))
+
+
 class QueueFull(Exception):
     """More sentences are waiting than the queue holds (`--max_queue`)."""
 
